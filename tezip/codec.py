@@ -1,0 +1,369 @@
+"""The encoder and decoder: compose quantizer, predictor, entropy coder and container.
+
+The pipeline per window is pure functions over numpy arrays (``encode_window`` /
+``decode_window``); ``compress_stack`` and ``TezFile`` do the I/O at the edges, streaming
+one window at a time so memory stays bounded by the window size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from . import entropy, predictors
+from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
+from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
+from .quantize import (ErrorBound, Quantized, QuantParams, check_dtype, dequantize, quantize,
+                       resolve)
+from .windows import MAX_WINDOW_VALUES, fixed_windows, window_length
+
+__version__ = "0.1.0"
+DEFAULT_WINDOW = 16
+_META_LEN = struct.Struct("<I")
+_MAX_META = 1 << 16
+
+
+@dataclass(frozen=True)
+class Options:
+    """Codec options: the error bound, the predictor ('auto' or a registered name) and
+    the window length in frames."""
+
+    bound: ErrorBound
+    predictor: str = "auto"
+    window: int = DEFAULT_WINDOW
+
+    def __post_init__(self) -> None:
+        if self.predictor != "auto" and self.predictor not in predictors.names():
+            raise OptionError(f"unknown predictor '{self.predictor}'; choose one of "
+                              f"{', '.join(['auto', *predictors.names()])}")
+        if not isinstance(self.window, int) or self.window < 1:
+            raise OptionError(f"window must be a positive number of frames, got {self.window}")
+
+
+# ---------------------------------------------------------------------------------------
+# one window
+
+
+def _window_crc(values: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"),
+                                                          copy=False).tobytes()) & 0xFFFFFFFF
+
+
+def _choose(q: np.ndarray, name: str) -> tuple[str, np.ndarray]:
+    if name != "auto":
+        return name, predictors.get(name).residuals(q)
+    best: tuple[float, str, np.ndarray] | None = None
+    for cand in predictors.AUTO_CANDIDATES:
+        r = predictors.get(cand).residuals(q)
+        bits = entropy.estimate_bits(r)
+        if best is None or bits < best[0]:
+            best = (bits, cand, r)
+    assert best is not None
+    return best[1], best[2]
+
+
+def _zstd(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=3).compress(data) if data else b""
+
+
+def _unzstd(data: bytes, size: int) -> bytes:
+    if size == 0:
+        if data:
+            raise CorruptFileError("unexpected data in an empty section")
+        return b""
+    try:
+        out = zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+    except zstandard.ZstdError:
+        raise CorruptFileError("damaged compressed section") from None
+    if len(out) != size:
+        raise CorruptFileError("damaged compressed section")
+    return out
+
+
+def encode_window(x: np.ndarray, qp: QuantParams, predictor: str) -> tuple[bytes, str]:
+    """Frames ``x`` (native dtype) -> window payload; returns (payload, predictor used)."""
+    qz = quantize(x, qp)
+    name, r = _choose(qz.q, predictor)
+    stream = entropy.encode(r)
+    out_idx = np.diff(qz.outliers, prepend=0).astype("<u4").tobytes()
+    out_val = qz.values.astype(qz.values.dtype.newbyteorder("<")).tobytes()
+    masks = b""
+    if qz.signs is not None and qz.zeros is not None:
+        masks = np.packbits(qz.signs).tobytes() + np.packbits(qz.zeros).tobytes()
+    sections = [stream, _zstd(out_idx), _zstd(out_val), _zstd(masks)]
+    meta = {"p": name, "n": int(x.shape[0]), "o": int(qz.outliers.size),
+            "s": [len(s) for s in sections], "c": _window_crc(dequantize(qz, qp))}
+    mb = json.dumps(meta, separators=(",", ":")).encode()
+    return _META_LEN.pack(len(mb)) + mb + b"".join(sections), name
+
+
+def decode_window(payload: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
+                  frames: int) -> np.ndarray:
+    """Inverse of ``encode_window``; any inconsistency -> CorruptFileError, a result that
+    differs from the encoder's -> DecodeMismatchError."""
+    if len(payload) < _META_LEN.size:
+        raise CorruptFileError("truncated window")
+    (mlen,) = _META_LEN.unpack_from(payload)
+    if mlen > _MAX_META or _META_LEN.size + mlen > len(payload):
+        raise CorruptFileError("bad window metadata length")
+    try:
+        meta = json.loads(payload[_META_LEN.size:_META_LEN.size + mlen])
+        name, n_frames, n_out = str(meta["p"]), int(meta["n"]), int(meta["o"])
+        sizes, crc = [int(v) for v in meta["s"]], int(meta["c"])
+    except (ValueError, KeyError, TypeError):
+        raise CorruptFileError("bad window metadata") from None
+    shape = (frames, *frame_shape)
+    n = math.prod(shape)
+    if (n_frames != frames or len(sizes) != 4 or min(sizes) < 0 or not 0 <= n_out <= n
+            or _META_LEN.size + mlen + sum(sizes) != len(payload)):
+        raise CorruptFileError("window metadata does not match the index")
+    try:
+        pred = predictors.get(name)
+    except OptionError:
+        raise CorruptFileError(f"window uses unknown predictor '{name}'") from None
+    pos = _META_LEN.size + mlen
+    parts = []
+    for s in sizes:
+        parts.append(payload[pos:pos + s])
+        pos += s
+    r = entropy.decode(parts[0], n).reshape(shape)
+    q = pred.reconstruct(r)
+    dtype = np.dtype(qp.dtype)
+    idx = np.cumsum(np.frombuffer(_unzstd(parts[1], 4 * n_out), "<u4").astype(np.int64))
+    if n_out and (idx[-1] >= n or np.any(np.diff(idx) <= 0)):
+        raise CorruptFileError("bad outlier positions")
+    vals = np.frombuffer(_unzstd(parts[2], n_out * dtype.itemsize),
+                         dtype.newbyteorder("<")).astype(dtype)
+    signs = zeros = None
+    if qp.kind == "log":
+        plen = (n + 7) // 8
+        m = np.frombuffer(_unzstd(parts[3], 2 * plen), np.uint8)
+        signs = np.unpackbits(m[:plen], count=n).astype(bool)
+        zeros = np.unpackbits(m[plen:], count=n).astype(bool)
+    elif sizes[3]:
+        raise CorruptFileError("unexpected mask section")
+    out = dequantize(Quantized(q, idx, vals, signs, zeros), qp)
+    if _window_crc(out) != crc:
+        raise DecodeMismatchError(
+            "decoded window differs from what the encoder produced (checksum of the "
+            "reconstruction); this machine's arithmetic does not reproduce the encoder's")
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# whole stacks
+
+
+class ArrayStack:
+    """Adapts an in-memory array to the reader interface (shape, dtype, read)."""
+
+    def __init__(self, array: np.ndarray, metadata: dict | None = None) -> None:
+        self.array = np.asarray(array)
+        self.shape = tuple(self.array.shape)
+        self.dtype = self.array.dtype.newbyteorder("=")
+        self.metadata = metadata or {}
+
+    def read(self, t0: int, t1: int) -> np.ndarray:
+        return np.ascontiguousarray(self.array[t0:t1], dtype=self.dtype)
+
+
+def check_stack(shape: tuple[int, ...], dtype: np.dtype) -> str:
+    name = check_dtype(dtype)
+    if len(shape) not in (3, 4):
+        raise UnsupportedError(f"expected a stack of frames (T, H, W) or (T, H, W, C), got "
+                               f"shape {tuple(shape)}")
+    if min(shape) == 0:
+        raise UnsupportedError(f"empty stack (shape {tuple(shape)})")
+    if shape[0] == 1:
+        raise UnsupportedError("the stack has a single frame; tezip compresses stacks of "
+                               "frames in time (T >= 2)")
+    if math.prod(shape[1:]) > MAX_WINDOW_VALUES:
+        raise UnsupportedError(f"frames of shape {tuple(shape[1:])} are too large "
+                               f"(at most {MAX_WINDOW_VALUES} values per frame)")
+    return name
+
+
+def value_range(stack: Any, chunk: int = 64,
+                progress: Callable[[int], None] | None = None) -> tuple[float, float]:
+    """(min, max) over the finite values, streaming; (0, 0) if there are none."""
+    lo, hi = math.inf, -math.inf
+    for t0 in range(0, stack.shape[0], chunk):
+        x = stack.read(t0, min(stack.shape[0], t0 + chunk))
+        if x.dtype.kind == "f":
+            x = x[np.isfinite(x)]
+        if x.size:
+            lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
+        if progress:
+            progress(0)
+    return (lo, hi) if lo <= hi else (0.0, 0.0)
+
+
+@dataclass
+class Stats:
+    raw_bytes: int = 0
+    compressed_bytes: int = 0
+    windows: int = 0
+    predictors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.raw_bytes / self.compressed_bytes if self.compressed_bytes else math.inf
+
+
+def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[float, float],
+                 window: int) -> dict:
+    b = options.bound
+    return {
+        "format": "tez", "format_version": FORMAT_VERSION, "tezip": __version__,
+        "dtype": qp.dtype, "shape": [int(s) for s in stack.shape],
+        "bound": {"mode": b.mode, "abs": b.abs, "rel": b.rel, "pw": b.pw},
+        "quant": qp.to_dict(), "predictor": options.predictor, "window": window,
+        "value_range": list(vrange), "metadata": getattr(stack, "metadata", {}) or {},
+    }
+
+
+def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, *,
+                   force: bool = False, fileobj: Any = None,
+                   progress: Callable[[int], None] | None = None) -> Stats:
+    """Compress a reader (``shape``, ``dtype``, ``read(t0, t1)``, ``metadata``) into a .tez
+    file at ``out`` (atomically) or into ``fileobj``."""
+    shape = tuple(int(s) for s in stack.shape)
+    dtype = np.dtype(stack.dtype)
+    check_stack(shape, dtype)
+    vrange = (0.0, 0.0)
+    if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
+        vrange = value_range(stack)
+    qp = resolve(options.bound, dtype, vrange[1] - vrange[0])
+    wlen = window_length(options.window, math.prod(shape[1:]))
+    header = build_header(stack, options, qp, vrange, wlen)
+    stats = Stats(raw_bytes=math.prod(shape) * dtype.itemsize)
+    with ContainerWriter(out, header, force=force, fileobj=fileobj) as w:
+        for t0, t1 in fixed_windows(shape[0], wlen):
+            payload, used = encode_window(stack.read(t0, t1), qp, options.predictor)
+            w.add_window(t0, t1 - t0, payload)
+            stats.predictors[used] = stats.predictors.get(used, 0) + 1
+            stats.windows += 1
+            if progress:
+                progress(t1 - t0)
+    stats.compressed_bytes = w.bytes_written
+    return stats
+
+
+class TezFile:
+    """Random access to a .tez file: ``f[10:20]`` decodes only the windows holding frames
+    10-19. Also an iterator over decoded windows for streaming decompression."""
+
+    def __init__(self, source: str | os.PathLike | bytes) -> None:
+        self._c = ContainerReader(source)
+        try:
+            self._validate()
+        except BaseException:
+            self._c.close()
+            raise
+
+    def _validate(self) -> None:
+        h = self._c.header
+        bad = CorruptFileError(f"{self._c.name}: header fields are invalid; the file is damaged")
+        try:
+            shape = tuple(int(s) for s in h["shape"])
+            dtype = np.dtype(h["dtype"])
+            self.quant = QuantParams.from_dict(h["quant"])
+            window = int(h["window"])
+        except (KeyError, TypeError, ValueError):
+            raise bad from None
+        if (len(shape) not in (3, 4) or min(shape) < 1 or max(shape) > 2**31
+                or self.quant.dtype != dtype.name or window < 1
+                or math.prod(shape[1:]) * window > MAX_WINDOW_VALUES):
+            raise bad
+        entries = self._c.entries
+        if sum(e.frames for e in entries) != shape[0] or any(e.frames > window for e in entries):
+            raise bad
+        self.header = h
+        self.shape = shape
+        self.dtype = dtype
+        self.window = window
+        self.metadata = h.get("metadata") or {}
+        self._starts = np.array([e.t0 for e in entries], np.int64)
+
+    @property
+    def n_windows(self) -> int:
+        return len(self._c.entries)
+
+    @property
+    def compressed_bytes(self) -> int:
+        return self._c.size
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def window_frames(self) -> list[tuple[int, int]]:
+        return [(e.t0, e.t0 + e.frames) for e in self._c.entries]
+
+    def decode_window(self, i: int) -> np.ndarray:
+        e = self._c.entries[i]
+        try:
+            return decode_window(self._c.payload(i), self.quant, self.shape[1:], e.frames)
+        except CorruptFileError as exc:
+            if str(exc).startswith(self._c.name):
+                raise
+            raise CorruptFileError(f"{self._c.name}: window {i}: {exc}") from None
+
+    def iter_windows(self) -> Iterator[tuple[int, np.ndarray]]:
+        for i, e in enumerate(self._c.entries):
+            yield e.t0, self.decode_window(i)
+
+    def read(self, t0: int, t1: int) -> np.ndarray:
+        t0, t1 = max(0, t0), min(self.shape[0], t1)
+        out = np.empty((max(0, t1 - t0), *self.shape[1:]), self.dtype)
+        if t1 <= t0:
+            return out
+        first = int(np.searchsorted(self._starts, t0, side="right") - 1)
+        last = int(np.searchsorted(self._starts, t1 - 1, side="right") - 1)
+        for i in range(first, last + 1):
+            e = self._c.entries[i]
+            w = self.decode_window(i)
+            a, b = max(t0, e.t0), min(t1, e.t0 + e.frames)
+            out[a - t0:b - t0] = w[a - e.t0:b - e.t0]
+        return out
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, tuple):
+            first, rest = (key[0], key[1:]) if key else (slice(None), ())
+            return self[first][(slice(None), *rest)] if not isinstance(first, (int, np.integer)) \
+                else self[first][rest]
+        if isinstance(key, (int, np.integer)):
+            k = int(key) + (self.shape[0] if key < 0 else 0)
+            if not 0 <= k < self.shape[0]:
+                raise IndexError(f"frame {key} out of range for {self.shape[0]} frames")
+            return self.read(k, k + 1)[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.shape[0])
+            if step == 1:
+                return self.read(start, stop)
+            idx = range(start, stop, step)
+            if not idx:
+                return self.read(0, 0)
+            block = self.read(min(idx), max(idx) + 1)
+            return block[np.array(idx) - min(idx)]
+        raise TypeError(f"index with an int or a slice, not {type(key).__name__}")
+
+    def read_all(self) -> np.ndarray:
+        return self.read(0, self.shape[0])
+
+    def close(self) -> None:
+        self._c.close()
+
+    def __enter__(self) -> TezFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
