@@ -10,20 +10,30 @@ True
 
 from __future__ import annotations
 
-import io
+import io as _io
 import os
 
 import numpy as np
 
 from .codec import DEFAULT_WINDOW, ArrayStack, Options, TezFile, __version__, compress_stack
-from .errors import (CorruptFileError, DecodeMismatchError, FormatVersionError, InputError,
-                     OptionError, OutputExistsError, TezipError, UnsupportedError)
+from .errors import (
+    CorruptFileError,
+    DecodeMismatchError,
+    FormatVersionError,
+    InputError,
+    OptionError,
+    OutputError,
+    OutputExistsError,
+    TezipError,
+    UnsupportedError,
+)
 from .quantize import MODES, ErrorBound
 
 __all__ = [
     "compress", "decompress", "open", "make_bound", "TezFile", "ErrorBound", "Options", "MODES",
     "TezipError", "InputError", "UnsupportedError", "OptionError", "CorruptFileError",
-    "FormatVersionError", "OutputExistsError", "DecodeMismatchError", "__version__",
+    "FormatVersionError", "OutputExistsError", "OutputError", "DecodeMismatchError",
+    "__version__",
 ]
 
 
@@ -52,7 +62,7 @@ def compress(array: np.ndarray, mode: str = "rel", bound: float | None = 1e-3, *
     if mode == "lossless" and bound == 1e-3:
         bound = None
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window)
-    buf = io.BytesIO()
+    buf = _io.BytesIO()
     compress_stack(ArrayStack(array, metadata), None, opts, fileobj=buf)
     return buf.getvalue()
 

@@ -22,8 +22,7 @@ import zstandard
 from . import entropy, predictors
 from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
-from .quantize import (ErrorBound, Quantized, QuantParams, check_dtype, dequantize, quantize,
-                       resolve)
+from .quantize import ErrorBound, Quantized, QuantParams, check_dtype, dequantize, quantize, resolve
 from .windows import MAX_WINDOW_VALUES, fixed_windows, window_length
 
 __version__ = "0.1.0"
@@ -58,17 +57,27 @@ def _window_crc(values: np.ndarray) -> int:
                                                           copy=False).tobytes()) & 0xFFFFFFFF
 
 
+_SAMPLE_SIDE = 96
+
+
+def _sample(q: np.ndarray) -> np.ndarray:
+    """A central crop of every frame: enough to rank predictors at a fraction of the cost."""
+    h, w = q.shape[1:3]
+    if h * w <= 2 * _SAMPLE_SIDE * _SAMPLE_SIDE:
+        return q
+    y0, x0 = max(0, (h - _SAMPLE_SIDE) // 2), max(0, (w - _SAMPLE_SIDE) // 2)
+    return q[:, y0:y0 + _SAMPLE_SIDE, x0:x0 + _SAMPLE_SIDE]
+
+
 def _choose(q: np.ndarray, name: str) -> tuple[str, np.ndarray]:
-    if name != "auto":
-        return name, predictors.get(name).residuals(q)
-    best: tuple[float, str, np.ndarray] | None = None
-    for cand in predictors.AUTO_CANDIDATES:
-        r = predictors.get(cand).residuals(q)
-        bits = entropy.estimate_bits(r)
-        if best is None or bits < best[0]:
-            best = (bits, cand, r)
-    assert best is not None
-    return best[1], best[2]
+    """The named predictor's residuals, or for 'auto' those of the candidate with the
+    shortest estimated code on a sample of the window."""
+    if name == "auto":
+        sample = _sample(q)
+        costs = [(entropy.estimate_bits(predictors.get(c).residuals(sample)), c)
+                 for c in predictors.AUTO_CANDIDATES]
+        name = min(costs)[1]
+    return name, predictors.get(name).residuals(q)
 
 
 def _zstd(data: bytes) -> bytes:
@@ -316,6 +325,18 @@ class TezFile:
             if str(exc).startswith(self._c.name):
                 raise
             raise CorruptFileError(f"{self._c.name}: window {i}: {exc}") from None
+
+    def window_meta(self, i: int) -> dict:
+        """The small JSON record at the start of window ``i`` (predictor used, sizes)."""
+        payload = self._c.payload(i)
+        (mlen,) = _META_LEN.unpack_from(payload) if len(payload) >= 4 else (0,)
+        try:
+            meta = json.loads(payload[_META_LEN.size:_META_LEN.size + mlen])
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict) or "p" not in meta:
+            raise CorruptFileError(f"{self._c.name}: window {i}: bad window metadata")
+        return meta
 
     def iter_windows(self) -> Iterator[tuple[int, np.ndarray]]:
         for i, e in enumerate(self._c.entries):

@@ -67,6 +67,9 @@ class ContainerWriter:
                 raise InputError(f"output directory {parent} does not exist")
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent)
             self._tmp = Path(tmp)
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
             self._f = os.fdopen(fd, "wb")
         body = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
         pre = _PRE.pack(MAGIC, FORMAT_VERSION, len(body)) + body
@@ -203,7 +206,8 @@ class ContainerReader:
         e = self.entries[i]
         data = self._read(e.offset, e.length)
         if crc32(data) != e.crc:
-            raise self._bad(f"checksum mismatch in window {i} (frames {e.t0}-{e.t0 + e.frames - 1})")
+            last = e.t0 + e.frames - 1
+            raise self._bad(f"checksum mismatch in window {i} (frames {e.t0}-{last})")
         return data
 
     def close(self) -> None:

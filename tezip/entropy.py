@@ -119,7 +119,6 @@ def low_size(n: int, k: int) -> int:
 
 def encode(r: np.ndarray) -> bytes:
     z = zigzag(np.ascontiguousarray(r).ravel())
-    n = z.size
     k = _choose_k(z)
     hi = z >> np.uint64(k)
     sym = np.minimum(hi, ESCAPE).astype(np.int32)

@@ -20,6 +20,10 @@ class OptionError(TezipError):
     """An option has a value that makes no sense (negative bound, unknown mode)."""
 
 
+class OutputError(TezipError):
+    """The output cannot be written: missing directory, no permission, disk full."""
+
+
 class CorruptFileError(TezipError):
     """A .tez file is damaged or truncated: a checksum or a structural check failed."""
 

@@ -36,6 +36,7 @@ SUPPORTED_DTYPES = INT_DTYPES + FLOAT_DTYPES
 # grid indices beyond this are outliers: q * step stays exact in float64 and the
 # predictors' integer sums of a few codes cannot overflow int64.
 _MAX_CODE = float(2**52)
+_MAX_INT_EB = 2**40
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class QuantParams:
             raise ValueError("bad quantizer parameters")
         if kind in ("int", "float", "log") and not (math.isfinite(step) and step > 0):
             raise ValueError("bad quantizer step")
-        if kind == "int" and (step != int(step) or step > 2**32):
+        if kind == "int" and (step != int(step) or step > 2 * _MAX_INT_EB + 1):
             raise ValueError("bad integer quantizer step")
         return cls(kind=kind, dtype=dtype, step=float(step), eb=float(eb))
 
@@ -117,13 +118,14 @@ def resolve(bound: ErrorBound, dtype: np.dtype, value_range: float) -> QuantPara
         candidates.append(float(bound.rel) * float(value_range))  # type: ignore[arg-type]
     eb = min(candidates)
     if is_int:
-        e = math.floor(eb)
+        e = math.floor(min(eb, _MAX_INT_EB))  # beyond any integer range: same result
         if e < 1:
             return QuantParams("identity", name)
         return QuantParams("int", name, step=float(2 * e + 1), eb=float(e))
     if not eb > 0 or not math.isfinite(eb):
         # a constant stack under a relative bound: nothing may change, code it exactly
         return QuantParams("bits", name)
+    eb = min(eb, 1e300)  # keeps the step finite; larger bounds change nothing
     return QuantParams("float", name, step=2.0 * eb, eb=eb)
 
 

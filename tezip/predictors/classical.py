@@ -105,9 +105,7 @@ class Interpolation:
                 for a in range(len(shape)):
                     if a > 2:
                         sel.append(slice(None))
-                    elif a < d:
-                        sel.append(slice(None, None, s))
-                    elif a == d:
+                    elif a < d or a == d:
                         sel.append(slice(None, None, s))
                     else:
                         sel.append(slice(None, None, 2 * s))

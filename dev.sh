@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Set-up and the two jobs a newcomer runs on a fresh machine (see README):
+#   ./dev.sh demo   set up, build the sample stack, compress / decompress / verify it
+#   ./dev.sh test   set up, run the fast test suite and the linter
+# Set-up is idempotent: a virtual environment in .venv, re-installed when pyproject changes.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+setup() {
+  if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+  fi
+  # shellcheck disable=SC1091
+  . .venv/bin/activate
+  local stamp=.venv/.tezip-setup
+  local want
+  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "== setting up .venv (first run takes a minute)"
+    python -m pip install -q --upgrade pip
+    # the CPU build from local disk: a bare 'torch' requirement would pull a CUDA build
+    python -m pip install -q torch==2.13.0
+    python -m pip install -q -e ".[dev]"
+    echo "$want" > "$stamp"
+  fi
+}
+
+demo() {
+  setup
+  mkdir -p out
+  python datasets/build.py iris_sji2796 --out data
+  echo "== compress (value-range relative bound 1e-3)"
+  tezip compress data/iris_sji2796.npy out/iris_sji2796.tez --mode rel --bound 1e-3 --force
+  tezip info out/iris_sji2796.tez
+  echo "== decompress"
+  tezip decompress out/iris_sji2796.tez out/iris_sji2796_restored.npy --force
+  echo "== verify"
+  tezip verify data/iris_sji2796.npy out/iris_sji2796.tez
+}
+
+run_tests() {
+  setup
+  ruff check tezip tests datasets benchmarks
+  python -m pytest -m "not slow" -q "$@"
+}
+
+case "${1:-}" in
+  demo) demo ;;
+  test) shift; run_tests "$@" ;;
+  setup) setup ;;
+  *) echo "usage: ./dev.sh demo | test [pytest args] | setup" >&2; exit 2 ;;
+esac

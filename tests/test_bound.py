@@ -1,0 +1,140 @@
+"""Property tests: every lossy mode keeps its bound on every value, lossless is bit-exact,
+NaN and +/-Inf come back bit-exact in every mode."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tezip
+from tezip.metrics import _bytes_equal
+from tezip.quantize import INT_DTYPES
+
+DTYPES = ["uint8", "uint16", "int16", "int32", "float32", "float64"]
+PREDICTORS = ["auto", "zero", "previous", "lorenzo", "spatial", "interp"]
+
+
+@st.composite
+def stacks(draw, allow_special=True):
+    dtype = draw(st.sampled_from(DTYPES))
+    shape = (draw(st.integers(2, 9)), draw(st.integers(1, 11)), draw(st.integers(1, 11)))
+    if draw(st.booleans()):
+        shape = (*shape, draw(st.integers(1, 3)))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    kind = draw(st.sampled_from(["smooth", "noise", "constant", "extremes", "wide"]))
+    n = math.prod(shape)
+    if np.dtype(dtype).kind == "f":
+        finfo = np.finfo(dtype)
+        if kind == "smooth":
+            base = np.cumsum(rng.normal(size=n)).reshape(shape) * 10 ** draw(st.integers(-6, 6))
+        elif kind == "noise":
+            base = rng.normal(size=shape) * 10 ** draw(st.integers(-30, 30))
+        elif kind == "constant":
+            base = np.full(shape, draw(st.floats(-1e6, 1e6)))
+        elif kind == "extremes":
+            base = rng.choice([finfo.max, -finfo.max, finfo.tiny, -finfo.tiny, 0.0, -0.0,
+                               finfo.smallest_subnormal, 1.0], size=shape)
+        else:
+            base = rng.normal(size=shape) * 10.0 ** rng.integers(-20, 20, size=shape)
+        a = base.astype(dtype)
+        if allow_special and draw(st.booleans()):
+            flat = a.reshape(-1)
+            k = draw(st.integers(1, max(1, n // 3)))
+            idx = rng.choice(n, size=k, replace=True)
+            flat[idx] = rng.choice(np.array([np.nan, np.inf, -np.inf], dtype), size=k)
+            # a NaN with a payload must survive too
+            flat[idx[0]] = np.array([0x7FC00123 if dtype == "float32" else 0x7FF8000000000123],
+                                    dtype="u4" if dtype == "float32" else "u8").view(dtype)[0]
+    else:
+        info = np.iinfo(dtype)
+        if kind == "smooth":
+            mid = (int(info.min) + int(info.max)) // 2
+            base = np.cumsum(rng.integers(-3, 4, size=n)).reshape(shape) + mid
+        elif kind == "noise":
+            base = rng.integers(info.min, info.max, size=shape, endpoint=True)
+        elif kind == "constant":
+            base = np.full(shape, draw(st.integers(int(info.min), int(info.max))))
+        elif kind == "extremes":
+            base = rng.choice([info.min, info.max, 0, 1], size=shape)
+        else:
+            base = rng.integers(info.min // 4, info.max // 4 + 1, size=shape)
+        a = np.clip(base, info.min, info.max).astype(dtype)
+    return a
+
+
+def _finite_range(a):
+    f = a[np.isfinite(a)] if a.dtype.kind == "f" else a
+    return (float(f.max()) - float(f.min())) if f.size else 0.0
+
+
+def _check(a, b, mode, bound):
+    assert b.dtype == a.dtype and b.shape == a.shape
+    if mode == "lossless":
+        assert _bytes_equal(a, b).all()
+        return
+    if a.dtype.kind == "f":
+        special = ~np.isfinite(a)
+        assert _bytes_equal(a[special], b[special]).all(), "NaN/Inf not bit-exact"
+    fin = np.isfinite(a.astype(np.float64))
+    x, y = a.astype(np.float64)[fin], b.astype(np.float64)[fin]
+    # exact comparison via fractions would be slow; the error of x - y in float64 is at
+    # most half an ulp, and the codec's own check is exact, so allow no slack here
+    err = np.abs(x - y)
+    if mode == "abs":
+        lim = bound if a.dtype.kind == "f" else math.floor(bound)
+        assert (err <= lim).all(), err.max()
+    elif mode == "rel":
+        lim = bound * _finite_range(a)
+        if a.dtype.name in INT_DTYPES:
+            lim = math.floor(lim)
+        assert (err <= lim).all(), (err.max(), lim)
+    elif mode == "pwrel":
+        assert (err <= bound * np.abs(x)).all()
+        assert (y[x == 0] == 0).all()
+
+
+SETTINGS = settings(max_examples=300, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@SETTINGS
+@given(stacks(), st.sampled_from(["abs", "rel", "pwrel", "lossless"]),
+       st.sampled_from([1e-6, 1e-3, 0.3, 2.0, 1e3]), st.sampled_from(PREDICTORS),
+       st.integers(1, 5))
+def test_bound_holds_for_every_value(a, mode, bound, predictor, window):
+    if mode == "pwrel" and bound >= 1:
+        bound = 0.5
+    b = tezip.decompress(tezip.compress(a, mode=mode, bound=None if mode == "lossless"
+                                        else bound, predictor=predictor, window=window))
+    _check(a, b, mode, bound)
+
+
+@SETTINGS
+@given(stacks(), st.sampled_from([1e-4, 0.1, 5.0]), st.sampled_from([1e-3, 1e-1]))
+def test_absrel_keeps_the_tighter_bound(a, abs_bound, rel_bound):
+    b = tezip.decompress(tezip.compress(a, mode="absrel", bound=abs_bound, rel_bound=rel_bound))
+    _check(a, b, "abs", min(abs_bound, rel_bound * _finite_range(a)) if a.dtype.kind == "f"
+           else math.floor(min(abs_bound, rel_bound * _finite_range(a))))
+
+
+def test_one_ulp_rounding_is_caught():
+    # values chosen so that q * step rounds past the bound in float32: they must become
+    # outliers, not violations
+    rng = np.random.default_rng(3)
+    a = (rng.uniform(1e6, 1e7, size=(4, 16, 16))).astype(np.float32)
+    for bound in (0.03, 0.05, 0.0625, 0.1):
+        b = tezip.decompress(tezip.compress(a, mode="abs", bound=bound))
+        assert (np.abs(a.astype(np.float64) - b.astype(np.float64)) <= bound).all()
+
+
+def test_lossless_float_keeps_signed_zero_and_nan_payload():
+    a = np.zeros((3, 4, 4), np.float64)
+    a[0, 0, 0] = -0.0
+    a[1, 1, 1] = np.array([0x7FF0000000000001], "u8").view("f8")[0]  # signalling NaN
+    a[2, 2, 2] = 5e-324
+    b = tezip.decompress(tezip.compress(a, mode="lossless", bound=None))
+    assert _bytes_equal(a, b).all()

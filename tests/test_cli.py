@@ -1,0 +1,193 @@
+"""End-to-end command-line tests: real processes, real files, every error path ends in one
+line on stderr and a non-zero exit, and no partial output is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import tifffile
+from conftest import smooth_stack
+from PIL import Image
+
+import tezip
+
+
+def run(*args, cwd=None, ok=True):
+    env = {**os.environ, "TEZIP_DEBUG": ""}
+    p = subprocess.run([sys.executable, "-m", "tezip", *map(str, args)], capture_output=True,
+                       text=True, cwd=cwd, env=env, timeout=300)
+    if ok:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def one_line_error(p, code, *words):
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("tezip: error: "), lines[0]
+    assert "Traceback" not in p.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+def only_files(d: Path):
+    return sorted(p.name for p in d.iterdir())
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int16", "int32", "float32", "float64"])
+def test_npy_round_trip_every_dtype(tmp_path, dtype):
+    a = smooth_stack((10, 20, 18), dtype, scale=200, offset=20)
+    np.save(tmp_path / "in.npy", a)
+    run("compress", tmp_path / "in.npy", tmp_path / "a.tez", "--mode", "abs", "--bound", "1.5")
+    run("decompress", tmp_path / "a.tez", tmp_path / "out.npy")
+    b = np.load(tmp_path / "out.npy")
+    assert b.dtype == a.dtype and b.shape == a.shape
+    lim = 1.5 if a.dtype.kind == "f" else 1
+    assert np.abs(a.astype(float) - b.astype(float)).max() <= lim
+    p = run("verify", tmp_path / "in.npy", tmp_path / "a.tez", "--json")
+    rep = json.loads(p.stdout)
+    assert rep["ok"] and rep["max_abs_error"] <= lim and rep["ratio"] > 1
+    assert 0 < rep["ssim"] <= 1 and rep["psnr"] > 20
+
+
+def test_hdf5_round_trip_keeps_attributes(tmp_path):
+    a = smooth_stack((8, 16, 16), "uint16", scale=4000)
+    with h5py.File(tmp_path / "run.h5", "w") as f:
+        d = f.create_dataset("/entry/data/data", data=a, chunks=(1, 16, 16))
+        d.attrs["units"] = "counts"
+        d.attrs["exposure"] = 0.01
+        f.create_dataset("/entry/other", data=np.arange(3))
+    run("compress", tmp_path / "run.h5", tmp_path / "a.tez", "--dataset", "/entry/data/data",
+        "--mode", "lossless")
+    run("decompress", tmp_path / "a.tez", tmp_path / "back.h5")
+    with h5py.File(tmp_path / "back.h5") as f:
+        d = f["/entry/data/data"]
+        assert np.array_equal(d[()], a)
+        assert d.attrs["units"] == "counts" and d.attrs["exposure"] == 0.01
+    p = run("compress", tmp_path / "run.h5", tmp_path / "b.tez", "--dataset", "/nope",
+            ok=False)
+    one_line_error(p, 1, "/nope", "/entry/data/data")
+
+
+def test_tiff_and_png_folder_round_trips(tmp_path):
+    a = smooth_stack((6, 12, 14), "float32")
+    tifffile.imwrite(tmp_path / "s.tif", a)
+    run("compress", tmp_path / "s.tif", tmp_path / "t.tez", "--mode", "rel", "--bound", "1e-3")
+    run("decompress", tmp_path / "t.tez", tmp_path / "back.tif")
+    b = tifffile.imread(tmp_path / "back.tif")
+    assert b.shape == a.shape
+    assert np.abs(a - b).max() <= 1e-3 * (a.max() - a.min())
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    g = smooth_stack((11, 9, 10), "uint8", scale=200)
+    for i, f in enumerate(g):
+        Image.fromarray(f).save(frames / f"frame_{i}.png")
+    run("compress", frames, tmp_path / "f.tez", "--mode", "abs", "--bound", "2")
+    run("decompress", tmp_path / "f.tez", tmp_path / "back.npy")
+    back = np.load(tmp_path / "back.npy")
+    assert np.abs(back.astype(int) - g.astype(int)).max() <= 2   # natural order kept
+    run("decompress", tmp_path / "f.tez", tmp_path / "outframes", "--format", "folder")
+    assert len(list((tmp_path / "outframes").iterdir())) == 11
+
+
+def test_multichannel_stack(tmp_path):
+    a = smooth_stack((6, 10, 12, 3), "uint8", scale=200)
+    np.save(tmp_path / "rgb.npy", a)
+    run("compress", tmp_path / "rgb.npy", tmp_path / "a.tez", "--mode", "lossless")
+    run("decompress", tmp_path / "a.tez", tmp_path / "b.npy")
+    assert np.array_equal(np.load(tmp_path / "b.npy"), a)
+
+
+def test_info_and_verify_text(tmp_path):
+    np.save(tmp_path / "in.npy", smooth_stack((20, 16, 16)))
+    p = run("compress", tmp_path / "in.npy", tmp_path / "a.tez", "--bound", "1e-3")
+    assert "ratio" in p.stdout and "MB/s" in p.stdout
+    p = run("info", tmp_path / "a.tez")
+    assert "(20, 16, 16) float32" in p.stdout and "rel" in p.stdout
+    info = json.loads(run("info", tmp_path / "a.tez", "--json").stdout)
+    assert info["shape"] == [20, 16, 16] and info["windows"] == 2
+    assert sum(info["window_predictors"].values()) == 2
+    p = run("verify", tmp_path / "in.npy", tmp_path / "a.tez")
+    assert "OK" in p.stdout
+
+
+def test_verify_fails_on_a_different_original(tmp_path):
+    a = smooth_stack((6, 8, 8))
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", a + 1)
+    run("compress", tmp_path / "a.npy", tmp_path / "a.tez", "--mode", "abs", "--bound", "0.01")
+    p = run("verify", tmp_path / "b.npy", tmp_path / "a.tez", ok=False)
+    assert p.returncode == 1 and "VIOLATED" in p.stdout
+
+
+def test_error_paths_one_line_and_exit_code(tmp_path):
+    a = smooth_stack((6, 8, 8))
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "one.npy", a[:1])
+    np.save(tmp_path / "empty.npy", a[:0])
+    np.save(tmp_path / "c64.npy", a.astype(np.complex64))
+    (tmp_path / "x.txt").write_text("hello")
+    t = tmp_path
+    cases = [
+        (["compress", t / "missing.npy", t / "o.tez", "--bound", "1"], 1, "missing.npy"),
+        (["compress", t / "one.npy", t / "o.tez", "--bound", "1"], 1, "single frame"),
+        (["compress", t / "empty.npy", t / "o.tez", "--bound", "1"], 1, "empty"),
+        (["compress", t / "c64.npy", t / "o.tez", "--bound", "1"], 1, "complex64"),
+        (["compress", t / "x.txt", t / "o.tez", "--bound", "1"], 1, "x.txt"),
+        (["compress", t / "a.npy", t / "o.tez", "--mode", "abs", "--bound", "0"], 1, "positive"),
+        (["compress", t / "a.npy", t / "o.tez", "--mode", "abs", "--bound", "-2"], 1, "positive"),
+        (["compress", t / "a.npy", t / "o.tez", "--mode", "abs"], 1, "needs a bound"),
+        (["compress", t / "a.npy", t / "o.tez", "--mode", "bogus"], 2, "bogus"),
+        (["compress", t / "a.npy", t / "o.tez", "--bound", "abc"], 2, "abc"),
+        (["compress", t / "a.npy", t / "o.tez", "--predictor", "magic", "--bound", "1"], 1,
+         "magic"),
+        (["decompress", t / "missing.tez", t / "o.npy"], 1, "missing.tez"),
+        (["decompress", t / "x.txt", t / "o.npy"], 1, "not a .tez file"),
+        (["info", t / "x.txt"], 1, "not a .tez file"),
+        (["frobnicate"], 2, "frobnicate"),
+    ]
+    for args, code, word in cases:
+        one_line_error(run(*args, ok=False), code, word)
+    assert not (t / "o.tez").exists() and not (t / "o.npy").exists()
+    assert only_files(t) == ["a.npy", "c64.npy", "empty.npy", "one.npy", "x.txt"]
+
+
+def test_existing_output_refused_without_force(tmp_path):
+    np.save(tmp_path / "a.npy", smooth_stack((6, 8, 8)))
+    run("compress", tmp_path / "a.npy", tmp_path / "a.tez", "--bound", "1e-2")
+    before = (tmp_path / "a.tez").read_bytes()
+    one_line_error(run("compress", tmp_path / "a.npy", tmp_path / "a.tez", "--bound", "1e-3",
+                       ok=False), 1, "--force")
+    assert (tmp_path / "a.tez").read_bytes() == before
+    run("compress", tmp_path / "a.npy", tmp_path / "a.tez", "--bound", "1e-3", "--force")
+    assert (tmp_path / "a.tez").read_bytes() != before
+    run("decompress", tmp_path / "a.tez", tmp_path / "b.npy")
+    one_line_error(run("decompress", tmp_path / "a.tez", tmp_path / "b.npy", ok=False), 1,
+                   "--force")
+
+
+def test_corrupted_and_newer_files_fail_cleanly_without_partial_output(tmp_path):
+    a = smooth_stack((12, 16, 16))
+    blob = bytearray(tezip.compress(a, mode="abs", bound=0.01, window=4))
+    blob[len(blob) // 2] ^= 0x10
+    (tmp_path / "bad.tez").write_bytes(bytes(blob))
+    p = run("decompress", tmp_path / "bad.tez", tmp_path / "out.npy", ok=False)
+    one_line_error(p, 1, "damaged")
+    (tmp_path / "short.tez").write_bytes(bytes(blob[:100]))
+    one_line_error(run("info", tmp_path / "short.tez", ok=False), 1, "truncated")
+    assert only_files(tmp_path) == ["bad.tez", "short.tez"]
+
+
+def test_version_and_help():
+    assert tezip.__version__ in run("--version").stdout
+    for cmd in ("compress", "decompress", "info", "verify", "bench"):
+        assert "Usage" in run(cmd, "--help").stdout

@@ -1,0 +1,253 @@
+"""Command line: ``tezip compress | decompress | info | verify | bench``.
+
+Errors a user can cause end as one line on stderr and a non-zero exit (1: tezip error,
+2: usage, 3: internal error); set TEZIP_DEBUG=1 to see a traceback instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from . import __version__, io, make_bound, predictors
+from .codec import DEFAULT_WINDOW, Options, TezFile, compress_stack
+from .errors import InputError, OptionError, OutputExistsError, TezipError
+from .metrics import compare_stacks
+
+
+def _bar(total: int, desc: str, unit: str = "frame") -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
+                disable=None if not os.environ.get("TEZIP_PROGRESS") else False)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tezip")
+def cli() -> None:
+    """Error-bounded compression of stacks of frames in time (detector stacks, time-lapse,
+    simulation snapshots)."""
+
+
+_MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range; absrel: "
+              "both --bound (abs) and --rel-bound hold; pwrel: |x-x'| <= bound*|x|; lossless: "
+              "bit-exact. Default: rel if --bound is given, else lossless.")
+
+
+@cli.command()
+@click.argument("input", type=click.Path(path_type=Path))
+@click.argument("output", type=click.Path(path_type=Path))
+@click.option("--mode", type=click.Choice(["abs", "rel", "absrel", "pwrel", "lossless"]),
+              help=_MODE_HELP)
+@click.option("--bound", type=float, help="error bound (see --mode)")
+@click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
+@click.option("--predictor", default="auto", show_default=True,
+              help=f"auto or one of: {', '.join(predictors.names())}")
+@click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
+              help="frames per independently decodable window")
+@click.option("--dataset", help="dataset path inside an HDF5 input (e.g. /entry/data/data)")
+@click.option("--format", "fmt", type=click.Choice(["npy", "hdf5", "tiff", "folder"]),
+              help="input format (default: from the extension)")
+@click.option("--force", is_flag=True, help="overwrite OUTPUT if it exists")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+def compress(input: Path, output: Path, mode: str | None, bound: float | None,
+             rel_bound: float | None, predictor: str, window: int, dataset: str | None,
+             fmt: str | None, force: bool, as_json: bool) -> None:
+    """Compress INPUT (.npy, HDF5, multi-page TIFF, or a folder of PNG/TIFF frames) into
+    OUTPUT.tez."""
+    if mode is None:
+        mode = "rel" if bound is not None else "lossless"
+    if mode == "absrel" and rel_bound is None:
+        raise OptionError("mode 'absrel' needs both --bound (absolute) and --rel-bound")
+    if mode != "absrel" and rel_bound is not None:
+        raise OptionError("--rel-bound is only for --mode absrel")
+    opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window)
+    if output.exists() and not force:
+        raise OutputExistsError(f"{output} exists; pass --force to overwrite it")
+    with io.open_input(input, dataset=dataset, format=fmt) as stack:
+        t = time.perf_counter()
+        with _bar(stack.shape[0], "compress") as bar:
+            stats = compress_stack(stack, output, opts, force=force, progress=bar.update)
+        dt = time.perf_counter() - t
+    summary = {"input": str(input), "output": str(output), "shape": list(stack.shape),
+               "dtype": str(stack.dtype), "mode": mode, "bound": bound, "rel_bound": rel_bound,
+               "raw_bytes": stats.raw_bytes, "compressed_bytes": stats.compressed_bytes,
+               "ratio": stats.ratio, "seconds": dt, "mb_per_s": stats.raw_bytes / 1e6 / dt,
+               "windows": stats.windows, "predictors": stats.predictors}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    used = ", ".join(f"{k} x{v}" for k, v in sorted(stats.predictors.items()))
+    click.echo(f"{input} -> {output}: {_mb(stats.raw_bytes)} -> {_mb(stats.compressed_bytes)}, "
+               f"ratio {stats.ratio:.2f}, {summary['mb_per_s']:.1f} MB/s "
+               f"({stats.windows} windows: {used})")
+
+
+@cli.command()
+@click.argument("input", type=click.Path(path_type=Path))
+@click.argument("output", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["npy", "hdf5", "tiff", "folder"]),
+              help="output format (default: from the extension)")
+@click.option("--dataset", help="dataset path for an HDF5 output (default: the original's)")
+@click.option("--force", is_flag=True, help="overwrite OUTPUT if it exists")
+def decompress(input: Path, output: Path, fmt: str | None, dataset: str | None,
+               force: bool) -> None:
+    """Decompress INPUT.tez into OUTPUT (format from the extension or --format)."""
+    with TezFile(input) as f:
+        t = time.perf_counter()
+        meta = dict(f.metadata)
+        with io.open_output(output, f.shape, f.dtype, metadata=meta, format=fmt,
+                            dataset=dataset, force=force) as w, _bar(len(f), "decompress") as bar:
+            for t0, frames in f.iter_windows():
+                w.write(t0, frames)
+                bar.update(len(frames))
+        dt = time.perf_counter() - t
+        raw = math.prod(f.shape) * f.dtype.itemsize
+        click.echo(f"{input} -> {output}: {_mb(raw)} {f.dtype} {tuple(f.shape)}, "
+                   f"{raw / 1e6 / dt:.1f} MB/s")
+
+
+@cli.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="print as JSON")
+def info(file: Path, as_json: bool) -> None:
+    """Describe a .tez file: shape, dtype, bound, windows, ratio."""
+    with TezFile(file) as f:
+        h = f.header
+        raw = math.prod(f.shape) * f.dtype.itemsize
+        used: dict[str, int] = {}
+        for i in range(f.n_windows):
+            name = f.window_meta(i)["p"]
+            used[name] = used.get(name, 0) + 1
+        out = {"file": str(file), "format_version": h["format_version"],
+               "written_by": h.get("tezip"), "shape": list(f.shape), "dtype": f.dtype.name,
+               "bound": h["bound"], "quantizer": h["quant"], "predictor": h["predictor"],
+               "window": f.window, "windows": f.n_windows, "window_predictors": used,
+               "raw_bytes": raw, "compressed_bytes": f.compressed_bytes,
+               "ratio": raw / f.compressed_bytes, "value_range": h.get("value_range"),
+               "metadata": f.metadata}
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    b = out["bound"]
+    bound = ", ".join(f"{k}={b[k]}" for k in ("abs", "rel", "pw") if b.get(k) is not None)
+    lines = [
+        f"file       {file} (format v{out['format_version']}, tezip {out['written_by']})",
+        f"stack      {tuple(f.shape)} {f.dtype.name}, {_mb(raw)}",
+        f"bound      {b['mode']}{' ' + bound if bound else ''} (enforced: {h['quant']['kind']}"
+        f" grid, step {h['quant']['step']:.6g})",
+        f"size       {_mb(f.compressed_bytes)}, ratio {out['ratio']:.2f}",
+        f"windows    {f.n_windows} of up to {f.window} frames; predictors "
+        + ", ".join(f"{k} x{v}" for k, v in sorted(used.items())),
+    ]
+    if f.metadata.get("source"):
+        lines.append(f"source     {f.metadata['source']}")
+    click.echo("\n".join(lines))
+
+
+@cli.command()
+@click.argument("original", type=click.Path(path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--dataset", help="dataset path inside an HDF5 original")
+@click.option("--format", "fmt", type=click.Choice(["npy", "hdf5", "tiff", "folder"]),
+              help="format of ORIGINAL (default: from the extension)")
+@click.option("--no-ssim", is_flag=True, help="skip SSIM (slow on large stacks)")
+@click.option("--json", "as_json", is_flag=True, help="print as JSON")
+def verify(original: Path, file: Path, dataset: str | None, fmt: str | None, no_ssim: bool,
+           as_json: bool) -> None:
+    """Compare FILE.tez with ORIGINAL: errors, PSNR, SSIM, ratio; exit 1 if the recorded
+    error bound does not hold."""
+    with io.open_input(original, dataset=dataset, format=fmt) as stack, TezFile(file) as f:
+        if tuple(stack.shape) != tuple(f.shape) or np.dtype(stack.dtype) != f.dtype:
+            raise InputError(f"{original} is {tuple(stack.shape)} {np.dtype(stack.dtype)} but "
+                             f"{file} holds {tuple(f.shape)} {f.dtype}; not the same stack")
+        with _bar(len(f), "verify") as bar:
+            report = compare_stacks(stack, f, ssim=not no_ssim, progress=bar.update)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        def fmt_num(v: Any) -> str:
+            return "n/a" if v is None else f"{v:.6g}"
+
+        click.echo(
+            f"max abs error {fmt_num(report['max_abs_error'])}, max rel error "
+            f"{fmt_num(report['max_rel_error'])}, PSNR {fmt_num(report['psnr'])} dB, SSIM "
+            f"{fmt_num(report['ssim'])}, ratio {report['ratio']:.2f}; bound "
+            f"{report['bound_mode']}: {'OK' if report['ok'] else 'VIOLATED'}"
+            + (f" ({report['violations']} values)" if not report["ok"] else ""))
+    if not report["ok"]:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("data", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--bounds", default="1e-2,1e-3,1e-4,lossless", show_default=True,
+              help="comma-separated relative bounds; 'lossless' for lossless")
+@click.option("--predictors", "preds", default="auto", show_default=True,
+              help="comma-separated tezip predictors to measure")
+@click.option("--repeat", default=1, show_default=True, type=int, help="best of N timings")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), help="also write JSON here")
+def bench(data: tuple[Path, ...], bounds: str, preds: str, repeat: int,
+          json_out: Path | None) -> None:
+    """Ratio and MB/s of tezip against SZ3, ZFP and zstd on .npy stacks, in one run."""
+    from . import bench as b
+
+    blist = [None if s.strip() == "lossless" else float(s) for s in bounds.split(",")]
+    rows = b.run([str(p) for p in data], bounds=blist,
+                 predictors=tuple(s.strip() for s in preds.split(",")), repeat=repeat)
+    click.echo(b.to_markdown(rows))
+    if json_out:
+        json_out.write_text(b.to_json(rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    debug = bool(os.environ.get("TEZIP_DEBUG"))
+    try:
+        cli.main(args=argv, prog_name="tezip", standalone_mode=False)
+    except TezipError as exc:
+        if debug:
+            raise
+        click.echo(f"tezip: error: {exc}", err=True)
+        return 1
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        click.echo(f"tezip: error: {exc.format_message()} (see tezip --help)", err=True)
+        return 2
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("tezip: interrupted", err=True)
+        return 130
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    except OSError as exc:
+        if debug:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        click.echo(f"tezip: error: {exc.strerror or exc}{where}", err=True)
+        return 1
+    except MemoryError:
+        click.echo("tezip: error: out of memory; use a smaller --window", err=True)
+        return 1
+    except Exception as exc:  # a bug: still one line, the traceback on demand
+        if debug:
+            raise
+        click.echo(f"tezip: internal error: {type(exc).__name__}: {exc} "
+                   "(set TEZIP_DEBUG=1 for a traceback and please report it)", err=True)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""HDF5 (and NeXus) stacks via h5py, read one slab of frames at a time."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from tezip.errors import InputError, OptionError
+from tezip.io._base import (
+    Stack,
+    StackWriter,
+    display_name,
+    dtype_name,
+    make_metadata,
+    reason,
+    shape_text,
+)
+
+DEFAULT_DATASET = "/data"
+_MAX_LISTED = 20
+
+
+def json_safe(value: Any) -> Any:
+    """An attribute value as plain JSON types; TypeError if it has no sensible form."""
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    raise TypeError(f"no JSON form for {type(value).__name__}")
+
+
+def _read_attrs(obj: Any) -> dict[str, Any]:
+    attrs = {}
+    for key in obj.attrs:
+        try:
+            attrs[str(key)] = json_safe(obj.attrs[key])
+        except (TypeError, OSError, ValueError):
+            continue  # an attribute type JSON cannot carry (reference, empty, compound)
+    return attrs
+
+
+def _write_attr(obj: Any, key: str, value: Any) -> None:
+    import h5py
+
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        obj.attrs[key] = np.array(value, dtype=h5py.string_dtype())
+        return
+    try:
+        obj.attrs[key] = value
+    except (TypeError, ValueError):
+        obj.attrs[key] = json.dumps(value)  # mixed or nested lists, None
+
+
+def _datasets(file: Any) -> list[tuple[str, tuple[int, ...], str]]:
+    import h5py
+
+    found: list[tuple[str, tuple[int, ...], str]] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found.append(("/" + name, obj.shape or (), dtype_name(obj.dtype)))
+
+    file.visititems(visit)
+    return found
+
+
+def _listing(found: list[tuple[str, tuple[int, ...], str]]) -> str:
+    if not found:
+        return "none"
+    items = [f"{n} ({shape_text(s)} {d})" for n, s, d in found[:_MAX_LISTED]]
+    if len(found) > _MAX_LISTED:
+        items.append(f"... {len(found) - _MAX_LISTED} more")
+    return ", ".join(items)
+
+
+class Hdf5Stack(Stack):
+    def __init__(self, path: str, dataset: str | None) -> None:
+        import h5py
+
+        name = display_name(path)
+        try:
+            self._file: Any = h5py.File(path, "r")
+        except OSError as exc:
+            raise InputError(f"cannot open {name} as HDF5: {reason(exc)}") from exc
+        try:
+            self._ds = self._find(name, dataset)
+            self._setup(
+                self._ds.shape or (),
+                self._ds.dtype,
+                make_metadata(path, "hdf5", self._ds.name, _read_attrs(self._ds)),
+                label=f"dataset {self._ds.name} in {name}",
+            )
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _find(self, name: str, dataset: str | None) -> Any:
+        import h5py
+
+        if dataset is not None:
+            try:
+                obj = self._file.get(dataset)
+            except (KeyError, ValueError, TypeError, OSError):
+                obj = None
+            if not isinstance(obj, h5py.Dataset):
+                raise InputError(
+                    f"no dataset '{dataset}' in {name}; "
+                    f"datasets found: {_listing(_datasets(self._file))}"
+                )
+            return obj
+        found = _datasets(self._file)
+        stacks = [f for f in found if len(f[1]) in (3, 4)]
+        if len(stacks) == 1:
+            return self._file[stacks[0][0]]
+        if stacks:
+            raise InputError(
+                f"{name} holds {len(stacks)} datasets that could be stacks of frames; "
+                f"choose one with --dataset: {_listing(stacks)}"
+            )
+        raise InputError(
+            f"{name} holds no 3-D or 4-D dataset (T, H, W[, C]); pick one with --dataset; "
+            f"datasets found: {_listing(found)}"
+        )
+
+    def _read(self, t0: int, t1: int) -> np.ndarray:
+        try:
+            return self._ds[t0:t1]
+        except OSError as exc:
+            raise InputError(
+                f"cannot read frames {t0}..{t1 - 1} of {self.metadata['source']}: {reason(exc)}"
+            ) from exc
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class Hdf5Writer(StackWriter):
+    _file: Any = None
+
+    def __init__(self, *args: Any, dataset: str | None = None, **kwargs: Any) -> None:
+        self._dataset = dataset
+        super().__init__(*args, **kwargs)
+
+    def _create(self) -> None:
+        import h5py
+
+        path = self._dataset or self.metadata.get("dataset") or DEFAULT_DATASET
+        self._file = h5py.File(self.temp, "w-")
+        try:
+            ds = self._file.create_dataset(
+                path, shape=self.shape, dtype=self.dtype, chunks=(1, *self.shape[1:])
+            )
+        except (ValueError, TypeError, KeyError) as exc:
+            msg = f"cannot create dataset '{path}' in {self.path}: {reason(exc)}"
+            raise OptionError(msg) from exc
+        for key, value in (self.metadata.get("attrs") or {}).items():
+            _write_attr(ds, key, value)
+        self._ds = ds
+
+    def _write(self, t0: int, frames: np.ndarray) -> None:
+        self._ds[t0 : t0 + len(frames)] = frames
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
