@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from . import entropy, predictors
+from . import entropy, predictors, quantize
 from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
-from .quantize import ErrorBound, Quantized, QuantParams, check_dtype, dequantize, quantize, resolve
+from .quantize import ErrorBound, QuantParams, check_dtype, resolve
 from .windows import MAX_WINDOW_VALUES, fixed_windows, window_length
 
 __version__ = "0.1.0"
@@ -57,27 +57,48 @@ def _window_crc(values: np.ndarray) -> int:
                                                           copy=False).tobytes()) & 0xFFFFFFFF
 
 
-_SAMPLE_SIDE = 96
+_SAMPLE_SIDE = 128
+_SAMPLE_FRAMES = 8
 
 
-def _sample(q: np.ndarray) -> np.ndarray:
-    """A central crop of every frame: enough to rank predictors at a fraction of the cost."""
-    h, w = q.shape[1:3]
-    if h * w <= 2 * _SAMPLE_SIDE * _SAMPLE_SIDE:
-        return q
+def _sample(x: np.ndarray) -> np.ndarray:
+    """A central crop of the first frames: enough to rank predictors at a fraction of the
+    cost of coding the window."""
+    h, w = x.shape[1:3]
     y0, x0 = max(0, (h - _SAMPLE_SIDE) // 2), max(0, (w - _SAMPLE_SIDE) // 2)
-    return q[:, y0:y0 + _SAMPLE_SIDE, x0:x0 + _SAMPLE_SIDE]
+    return x[:_SAMPLE_FRAMES, y0:y0 + _SAMPLE_SIDE, x0:x0 + _SAMPLE_SIDE]
 
 
-def _choose(q: np.ndarray, name: str) -> tuple[str, np.ndarray]:
-    """The named predictor's residuals, or for 'auto' those of the candidate with the
-    shortest estimated code on a sample of the window."""
-    if name == "auto":
-        sample = _sample(q)
-        costs = [(entropy.estimate_bits(predictors.get(c).residuals(sample)), c)
-                 for c in predictors.AUTO_CANDIDATES]
-        name = min(costs)[1]
-    return name, predictors.get(name).residuals(q)
+def _resolve_predictor(name: str, qp: QuantParams) -> Any:
+    pred = predictors.get(name)
+    if pred.domain == "value" and qp.kind == "bits":
+        return pred.grid_fallback       # bit-exact floats have no value domain
+    return pred
+
+
+def _run(pred: Any, x: np.ndarray, qp: QuantParams,
+         m: quantize.Masks | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """codes, contexts and the reconstruction (in p.dtype, before outliers)."""
+    if pred.domain == "grid":
+        codes, ctx, q = pred.encode(quantize.grid_codes(x, qp))
+        return codes, ctx, quantize.from_grid(q, qp, m)
+    codes, ctx, y = pred.encode(quantize.value_domain(x, qp), quantize.value_grid(qp))
+    return codes, ctx, quantize.from_values(y, qp, m)
+
+
+def _choose(x: np.ndarray, qp: QuantParams, name: str) -> str:
+    """'auto': the candidate with the shortest code on a sample of the window (the whole
+    window when it is small)."""
+    if name != "auto":
+        return name
+    sample = _sample(x)
+    m = quantize.masks(sample, qp)
+    costs = []
+    for cand in predictors.AUTO_CANDIDATES:
+        pred = _resolve_predictor(cand, qp)
+        codes, ctx, _ = _run(pred, sample, qp, m)
+        costs.append((len(entropy.encode(codes, ctx, pred.n_contexts)), cand))
+    return min(costs)[1]
 
 
 def _zstd(data: bytes) -> bytes:
@@ -100,17 +121,22 @@ def _unzstd(data: bytes, size: int) -> bytes:
 
 def encode_window(x: np.ndarray, qp: QuantParams, predictor: str) -> tuple[bytes, str]:
     """Frames ``x`` (native dtype) -> window payload; returns (payload, predictor used)."""
-    qz = quantize(x, qp)
-    name, r = _choose(qz.q, predictor)
-    stream = entropy.encode(r)
-    out_idx = np.diff(qz.outliers, prepend=0).astype("<u4").tobytes()
-    out_val = qz.values.astype(qz.values.dtype.newbyteorder("<")).tobytes()
+    x = np.ascontiguousarray(x)
+    name = _choose(x, qp, predictor)
+    pred = _resolve_predictor(name, qp)
+    m = quantize.masks(x, qp)
+    codes, ctx, out = _run(pred, x, qp, m)
+    stream = entropy.encode(codes, ctx, pred.n_contexts)
+    outliers = quantize.find_outliers(x, out, qp)
+    values = x.reshape(-1)[outliers]
+    out.reshape(-1)[outliers] = values
     masks = b""
-    if qz.signs is not None and qz.zeros is not None:
-        masks = np.packbits(qz.signs).tobytes() + np.packbits(qz.zeros).tobytes()
-    sections = [stream, _zstd(out_idx), _zstd(out_val), _zstd(masks)]
-    meta = {"p": name, "n": int(x.shape[0]), "o": int(qz.outliers.size),
-            "s": [len(s) for s in sections], "c": _window_crc(dequantize(qz, qp))}
+    if m is not None:
+        masks = np.packbits(m.signs).tobytes() + np.packbits(m.zeros).tobytes()
+    sections = [stream, _zstd(np.diff(outliers, prepend=0).astype("<u4").tobytes()),
+                _zstd(values.astype(values.dtype.newbyteorder("<")).tobytes()), _zstd(masks)]
+    meta = {"p": name, "n": int(x.shape[0]), "o": int(outliers.size),
+            "s": [len(s) for s in sections], "c": _window_crc(out)}
     mb = json.dumps(meta, separators=(",", ":")).encode()
     return _META_LEN.pack(len(mb)) + mb + b"".join(sections), name
 
@@ -136,7 +162,7 @@ def decode_window(payload: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
             or _META_LEN.size + mlen + sum(sizes) != len(payload)):
         raise CorruptFileError("window metadata does not match the index")
     try:
-        pred = predictors.get(name)
+        pred = _resolve_predictor(name, qp)
     except OptionError:
         raise CorruptFileError(f"window uses unknown predictor '{name}'") from None
     pos = _META_LEN.size + mlen
@@ -144,23 +170,27 @@ def decode_window(payload: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
     for s in sizes:
         parts.append(payload[pos:pos + s])
         pos += s
-    r = entropy.decode(parts[0], n).reshape(shape)
-    q = pred.reconstruct(r)
     dtype = np.dtype(qp.dtype)
     idx = np.cumsum(np.frombuffer(_unzstd(parts[1], 4 * n_out), "<u4").astype(np.int64))
     if n_out and (idx[-1] >= n or np.any(np.diff(idx) <= 0)):
         raise CorruptFileError("bad outlier positions")
     vals = np.frombuffer(_unzstd(parts[2], n_out * dtype.itemsize),
                          dtype.newbyteorder("<")).astype(dtype)
-    signs = zeros = None
+    m = None
     if qp.kind == "log":
         plen = (n + 7) // 8
-        m = np.frombuffer(_unzstd(parts[3], 2 * plen), np.uint8)
-        signs = np.unpackbits(m[:plen], count=n).astype(bool)
-        zeros = np.unpackbits(m[plen:], count=n).astype(bool)
+        raw = np.frombuffer(_unzstd(parts[3], 2 * plen), np.uint8)
+        m = quantize.Masks(np.unpackbits(raw[:plen], count=n).astype(bool),
+                           np.unpackbits(raw[plen:], count=n).astype(bool))
     elif sizes[3]:
         raise CorruptFileError("unexpected mask section")
-    out = dequantize(Quantized(q, idx, vals, signs, zeros), qp)
+    dec = entropy.Decoder(parts[0], n, pred.n_contexts)
+    if pred.domain == "grid":
+        out = quantize.from_grid(pred.decode(shape, dec.take), qp, m)
+    else:
+        out = quantize.from_values(pred.decode(shape, quantize.value_grid(qp), dec.take), qp, m)
+    dec.finish()
+    out.reshape(-1)[idx] = vals
     if _window_crc(out) != crc:
         raise DecodeMismatchError(
             "decoded window differs from what the encoder produced (checksum of the "

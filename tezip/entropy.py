@@ -1,15 +1,23 @@
-"""Entropy coding of int64 residuals.
+"""Context-modelled entropy coding of int64 residuals.
 
-Residual ``r`` -> zigzag ``z`` (unsigned) -> split ``z = hi << k | lo``. ``hi`` is coded with
-rANS (``constriction``) under a static categorical model whose counts travel with the
-data; ``hi`` values at or past ``ESCAPE`` become the escape symbol and are stored aside.
-The ``k`` low bits are near-uniform when the residuals are wide, so they are stored as
-raw bit planes (zstd-compressed only where that helps). ``k`` is chosen per call from the
-data; narrow residuals get ``k = 0``.
+Each residual comes with a *context*: a small integer the decoder can compute before it
+decodes that residual (from values it already has, e.g. the size of the previous frame's
+residuals around the pixel, or the local gradient an interpolation used). Residuals of
+similar contexts share a statistical model, which is where most of the gain over a single
+zeroth-order model comes from.
 
-Stream layout (all little-endian), see ``encode``:
-``u8 k | u8 flags | u32 alphabet | u32 n_escapes | u32 len(counts) | u32 len(ans) |
-u32 len(escapes) | u32 len(low) | counts | ans | escapes | low``.
+Per model ("class"): residual ``r`` -> zigzag ``z`` -> split ``z = hi << k | lo``. ``hi`` is
+coded with rANS (``constriction``) under a static categorical model whose counts travel
+with the data; ``hi`` values at or past ``ESCAPE`` become the escape symbol and are stored
+aside. The ``k`` low bits are near-uniform when residuals are wide, so they are stored as
+raw bit planes (zstd only where it helps). ``k`` is chosen per class from the data.
+
+Contexts with few residuals are merged with their neighbours (a context -> class map
+travels in the stream), so a model's cost never outweighs what it saves.
+
+Stream: ``u16 n_ctx | u8 map[n_ctx] | u16 n_class | u32 len[n_class] | class blobs``.
+Class blob: ``u8 k | u8 flags | u32 alphabet | u32 n | u32 n_escapes | u32 len(counts) |
+u32 len(ans) | u32 len(escapes) | u32 len(low) | counts | ans | escapes | low``.
 """
 
 from __future__ import annotations
@@ -23,9 +31,23 @@ import zstandard
 from .errors import CorruptFileError
 
 ESCAPE = 4096
-_HEAD = struct.Struct("<BBIIIIII")
+MIN_CLASS = 2048
+_CLS = struct.Struct("<BBIIIIIII")
 _F_COUNTS_Z, _F_ESC_Z, _F_LOW_Z, _F_SINGLE = 1, 2, 4, 8
 _ZLEVEL = 3
+
+# activity buckets, two per octave: 0 for 0, then 1 + 2*floor(log2 x) (+1 in the upper
+# half-octave); from frexp, which is exact, so encoder and decoder agree on every machine
+_BUCKET_CAP = 2**40
+N_BUCKETS = 82
+_SQRT_HALF = 0.7071067811865476
+
+
+def bucketize(x: np.ndarray) -> np.ndarray:
+    """Bucket of non-negative integer activity values (int64 in, int16 out)."""
+    m, e = np.frexp(np.minimum(x, _BUCKET_CAP).astype(np.float64))
+    b = 2 * e.astype(np.int16) - 1 + (m >= _SQRT_HALF)
+    return np.where(x > 0, b, 0).astype(np.int16)
 
 
 def zigzag(r: np.ndarray) -> np.ndarray:
@@ -37,22 +59,6 @@ def unzigzag(z: np.ndarray) -> np.ndarray:
     return ((z >> np.uint64(1)).view(np.int64)) ^ -(z & np.uint64(1)).view(np.int64)
 
 
-def _entropy_bits(counts: np.ndarray) -> float:
-    c = counts[counts > 0].astype(np.float64)
-    n = c.sum()
-    return float(-(c * np.log2(c / n)).sum())
-
-
-def estimate_bits(r: np.ndarray) -> float:
-    """Estimated code length in bits of ``encode(r)`` (for choosing predictors)."""
-    z = zigzag(r.ravel())
-    k = _choose_k(z)
-    hi = z >> np.uint64(k)
-    sym = np.minimum(hi, ESCAPE).astype(np.intp)
-    counts = np.bincount(sym, minlength=ESCAPE + 1)
-    return _entropy_bits(counts) + k * z.size + 64.0 * counts[ESCAPE]
-
-
 def _choose_k(z: np.ndarray) -> int:
     if z.size == 0:
         return 0
@@ -60,6 +66,39 @@ def _choose_k(z: np.ndarray) -> int:
     m = float(np.mean(sample.astype(np.float64)))
     # keep the mean of hi near 8: below that the low bits stop being uniform
     return max(0, min(60, int(np.floor(np.log2(m + 1.0))) - 3))
+
+
+def _class_map(counts: np.ndarray) -> np.ndarray:
+    """Merge adjacent contexts until every class holds at least MIN_CLASS residuals."""
+    cmap = np.zeros(counts.size, np.uint8)
+    cls, acc = 0, 0
+    for i, c in enumerate(counts):
+        if acc >= MIN_CLASS and c > 0 and cls < 255:
+            cls, acc = cls + 1, 0
+        cmap[i] = cls
+        acc += int(c)
+    if cls > 0 and acc < MIN_CLASS:  # the last class is too small: fold it into the one before
+        cmap[cmap == cls] = cls - 1
+    return cmap
+
+
+def estimate_bits(r: np.ndarray, ctx: np.ndarray, n_ctx: int) -> float:
+    """Estimated code length in bits of ``encode(r, ctx, n_ctx)`` (to rank predictors)."""
+    r, ctx = r.ravel(), ctx.ravel().astype(np.intp)
+    cmap = _class_map(np.bincount(ctx, minlength=n_ctx)).astype(np.intp)
+    cls = cmap[ctx]
+    z = zigzag(r)
+    total = 0.0
+    for c in np.unique(cls):
+        zc = z[cls == c]
+        k = _choose_k(zc)
+        sym = np.minimum(zc >> np.uint64(k), ESCAPE).astype(np.intp)
+        counts = np.bincount(sym)
+        nz = counts[counts > 0].astype(np.float64)
+        total += float(-(nz * np.log2(nz / zc.size)).sum()) + k * zc.size
+        total += 64.0 * counts[ESCAPE] if counts.size > ESCAPE else 0.0
+        total += 8.0 * (_CLS.size + 2 * counts.size)
+    return total
 
 
 def _maybe_zstd(data: bytes) -> tuple[bytes, bool]:
@@ -113,23 +152,22 @@ def _unpack_low(data: bytes, n: int, k: int) -> np.ndarray:
     return lo
 
 
-def low_size(n: int, k: int) -> int:
+def _low_size(n: int, k: int) -> int:
     return n * (k // 8) + ((n + 7) // 8) * (k % 8)
 
 
-def encode(r: np.ndarray) -> bytes:
-    z = zigzag(np.ascontiguousarray(r).ravel())
+def _encode_class(z: np.ndarray) -> bytes:
     k = _choose_k(z)
     hi = z >> np.uint64(k)
     sym = np.minimum(hi, ESCAPE).astype(np.int32)
-    counts = np.bincount(sym, minlength=1).astype(np.uint32)
-    alphabet = counts.size
+    counts = np.bincount(sym, minlength=1)
     flags = 0
     escapes = hi[sym == ESCAPE]
     esc_bytes, esc_z = _maybe_zstd(escapes.astype("<u8").tobytes())
     flags |= _F_ESC_Z if esc_z else 0
-    counts_bytes, cz = _maybe_zstd(counts.astype("<u4").tobytes())
-    flags |= _F_COUNTS_Z if cz else 0
+    width = "<u2" if counts.max() < 65536 else "<u4"
+    counts_bytes, cz = _maybe_zstd(counts.astype(width).tobytes())
+    flags |= (_F_COUNTS_Z if cz else 0) | (16 if width == "<u4" else 0)
     if np.count_nonzero(counts) <= 1:
         flags |= _F_SINGLE          # one symbol only: nothing to entropy-code
         ans = b""
@@ -141,66 +179,140 @@ def encode(r: np.ndarray) -> bytes:
     low = _pack_low(z & np.uint64((1 << k) - 1), k) if k else b""
     low, lz = _maybe_zstd(low)
     flags |= _F_LOW_Z if lz else 0
-    head = _HEAD.pack(k, flags, alphabet, escapes.size, len(counts_bytes), len(ans),
-                      len(esc_bytes), len(low))
+    head = _CLS.pack(k, flags, counts.size, z.size, escapes.size, len(counts_bytes), len(ans),
+                     len(esc_bytes), len(low))
     return b"".join((head, counts_bytes, ans, esc_bytes, low))
 
 
-def decode(data: bytes, n: int) -> np.ndarray:
-    """Inverse of ``encode`` for ``n`` values; any inconsistency -> CorruptFileError."""
-    if len(data) < _HEAD.size:
-        raise CorruptFileError("truncated residual stream")
-    k, flags, alphabet, n_esc, lc, la, le, ll = _HEAD.unpack_from(data)
-    if (k > 60 or not 1 <= alphabet <= ESCAPE + 1 or n_esc > n
-            or _HEAD.size + lc + la + le + ll != len(data)):
-        raise CorruptFileError("inconsistent residual stream header")
-    if n == 0:
-        return np.zeros(0, np.int64)
-    pos = _HEAD.size
-    counts_b = data[pos:pos + lc]
-    pos += lc
-    ans_b = data[pos:pos + la]
-    pos += la
-    esc_b = data[pos:pos + le]
-    pos += le
-    low_b = data[pos:pos + ll]
-    if flags & _F_COUNTS_Z:
-        counts_b = _unzstd(counts_b, 4 * alphabet)
-    if len(counts_b) != 4 * alphabet:
-        raise CorruptFileError("inconsistent residual model")
-    counts = np.frombuffer(counts_b, "<u4").astype(np.int64)
-    if counts.sum() != n or counts[-1] == 0:
-        raise CorruptFileError("inconsistent residual model")
-    if flags & _F_SINGLE:
-        nz = np.flatnonzero(counts)
-        if nz.size != 1:
-            raise CorruptFileError("inconsistent residual model")
-        sym = np.full(n, nz[0], np.int64)
-    else:
-        if la % 4:
+def encode(r: np.ndarray, ctx: np.ndarray, n_ctx: int) -> bytes:
+    """Code residuals ``r`` (in decode order) under contexts ``ctx`` (0 <= ctx < n_ctx)."""
+    r, ctx = r.ravel(), ctx.ravel().astype(np.intp)
+    cmap = _class_map(np.bincount(ctx, minlength=n_ctx))
+    n_class = int(cmap.max()) + 1 if cmap.size else 1
+    cls = cmap[ctx]
+    z = zigzag(r)
+    order = np.argsort(cls, kind="stable")          # group by class, keep decode order
+    bounds = np.cumsum(np.bincount(cls, minlength=n_class))[:-1]
+    blobs = [_encode_class(part) for part in np.split(z[order], bounds)]
+    head = struct.pack("<H", n_ctx) + cmap.tobytes() + struct.pack("<H", n_class)
+    head += b"".join(struct.pack("<I", len(b)) for b in blobs)
+    return head + b"".join(blobs)
+
+
+class _ClassDecoder:
+    def __init__(self, data: bytes, limit: int) -> None:
+        if len(data) < _CLS.size:
             raise CorruptFileError("truncated residual stream")
-        model = constriction.stream.model.Categorical(counts.astype(np.float64), perfect=False)
+        k, flags, alphabet, n, n_esc, lc, la, le, ll = _CLS.unpack_from(data)
+        if (k > 60 or not 1 <= alphabet <= ESCAPE + 1 or n > limit or n_esc > n
+                or _CLS.size + lc + la + le + ll != len(data)):
+            raise CorruptFileError("inconsistent residual stream header")
+        self.n, self.k, self.pos = n, k, 0
+        pos = _CLS.size
+        counts_b, ans_b, esc_b, low_b = (data[pos:pos + lc], data[pos + lc:pos + lc + la],
+                                         data[pos + lc + la:pos + lc + la + le],
+                                         data[pos + lc + la + le:])
+        width = 4 if flags & 16 else 2
+        if flags & _F_COUNTS_Z:
+            counts_b = _unzstd(counts_b, width * alphabet)
+        if len(counts_b) != width * alphabet:
+            raise CorruptFileError("inconsistent residual model")
+        counts = np.frombuffer(counts_b, "<u4" if width == 4 else "<u2").astype(np.int64)
+        if counts.sum() != n or (n and counts[-1] == 0):
+            raise CorruptFileError("inconsistent residual model")
+        self.single = None
+        if flags & _F_SINGLE:
+            nz = np.flatnonzero(counts)
+            if n and nz.size != 1:
+                raise CorruptFileError("inconsistent residual model")
+            self.single = int(nz[0]) if nz.size else 0
+        else:
+            if la % 4:
+                raise CorruptFileError("truncated residual stream")
+            self.model = constriction.stream.model.Categorical(counts.astype(np.float64),
+                                                               perfect=False)
+            self.coder = constriction.stream.stack.AnsCoder(
+                np.frombuffer(ans_b, np.uint32).copy())
+        self.escapes = np.zeros(0, np.uint64)
+        self.esc_pos = 0
+        if n_esc:
+            if flags & _F_ESC_Z:
+                esc_b = _unzstd(esc_b, 8 * n_esc)
+            if len(esc_b) != 8 * n_esc:
+                raise CorruptFileError("inconsistent escape section")
+            self.escapes = np.frombuffer(esc_b, "<u8").astype(np.uint64)
+        self.low = None
+        if k:
+            size = _low_size(n, k)
+            if flags & _F_LOW_Z:
+                low_b = _unzstd(low_b, size)
+            if len(low_b) != size:
+                raise CorruptFileError("inconsistent low-bit section")
+            self.low = _unpack_low(low_b, n, k)
+
+    def take(self, m: int) -> np.ndarray:
+        if self.pos + m > self.n:
+            raise CorruptFileError("residual stream shorter than the data it codes")
+        if self.single is not None:
+            hi = np.full(m, self.single, np.uint64)
+        else:
+            try:
+                hi = np.asarray(self.coder.decode(self.model, m)).astype(np.uint64)
+            except BaseException as exc:  # constriction raises plain Exceptions/panics
+                raise CorruptFileError(
+                    f"damaged entropy-coded data ({type(exc).__name__})") from None
+        esc = np.flatnonzero(hi == ESCAPE)
+        if esc.size:
+            if self.esc_pos + esc.size > self.escapes.size:
+                raise CorruptFileError("escape count does not match the residual stream")
+            hi[esc] = self.escapes[self.esc_pos:self.esc_pos + esc.size]
+            self.esc_pos += esc.size
+        z = hi << np.uint64(self.k)
+        if self.low is not None:
+            z |= self.low[self.pos:self.pos + m]
+        self.pos += m
+        return unzigzag(z)
+
+
+class Decoder:
+    """Hands out residuals in decode order: ``take(ctx)`` returns the residuals of the
+    positions whose contexts are ``ctx``."""
+
+    def __init__(self, data: bytes, n: int, n_ctx: int) -> None:
         try:
-            coder = constriction.stream.stack.AnsCoder(np.frombuffer(ans_b, np.uint32).copy())
-            sym = coder.decode(model, n).astype(np.int64)
-        except BaseException as exc:  # constriction raises plain Exceptions/panics
-            raise CorruptFileError(f"damaged entropy-coded data ({type(exc).__name__})") from None
-    hi = sym.astype(np.uint64)
-    esc_pos = np.flatnonzero(sym == ESCAPE)
-    if esc_pos.size != n_esc:
-        raise CorruptFileError("escape count does not match the residual stream")
-    if n_esc:
-        if flags & _F_ESC_Z:
-            esc_b = _unzstd(esc_b, 8 * n_esc)
-        if len(esc_b) != 8 * n_esc:
-            raise CorruptFileError("inconsistent escape section")
-        hi[esc_pos] = np.frombuffer(esc_b, "<u8")
-    z = hi << np.uint64(k)
-    if k:
-        size = low_size(n, k)
-        if flags & _F_LOW_Z:
-            low_b = _unzstd(low_b, size)
-        if len(low_b) != size:
-            raise CorruptFileError("inconsistent low-bit section")
-        z |= _unpack_low(low_b, n, k)
-    return unzigzag(z)
+            (nc,) = struct.unpack_from("<H", data, 0)
+            cmap = np.frombuffer(data, np.uint8, nc, 2).astype(np.intp)
+            (n_class,) = struct.unpack_from("<H", data, 2 + nc)
+            lens = struct.unpack_from(f"<{n_class}I", data, 4 + nc)
+        except (struct.error, ValueError):
+            raise CorruptFileError("truncated residual stream") from None
+        if nc != n_ctx or n_class < 1 or (cmap.size and cmap.max() >= n_class):
+            raise CorruptFileError("inconsistent residual stream header")
+        pos = 4 + nc + 4 * n_class
+        if pos + sum(lens) != len(data):
+            raise CorruptFileError("inconsistent residual stream length")
+        self.classes = []
+        for ln in lens:
+            self.classes.append(_ClassDecoder(data[pos:pos + ln], n))
+            pos += ln
+        if sum(c.n for c in self.classes) != n:
+            raise CorruptFileError("residual count does not match the window")
+        self.cmap = cmap
+        self.n_ctx = n_ctx
+
+    def take(self, ctx: np.ndarray) -> np.ndarray:
+        cls = self.cmap[ctx.ravel().astype(np.intp)]
+        out = np.empty(cls.size, np.int64)
+        counts = np.bincount(cls, minlength=len(self.classes))
+        if np.count_nonzero(counts) == 1:
+            c = int(cls[0])
+            out[:] = self.classes[c].take(cls.size)
+            return out
+        order = np.argsort(cls, kind="stable")
+        out[order] = np.concatenate([self.classes[c].take(int(counts[c]))
+                                     for c in np.flatnonzero(counts)])
+        return out
+
+    def finish(self) -> None:
+        if any(c.pos != c.n for c in self.classes):
+            raise CorruptFileError("residual stream longer than the data it codes")

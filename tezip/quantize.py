@@ -147,16 +147,58 @@ def _within(x: np.ndarray, y: np.ndarray, limit: np.ndarray | float) -> np.ndarr
 
 
 # ---------------------------------------------------------------------------------------
+# predict-then-quantize rule (value predictors)
+
+
+@dataclass(frozen=True)
+class ValueGrid:
+    """Reconstruction levels around a prediction: ``step`` apart, ``eb`` the bound;
+    ``integer`` rounds the prediction first so every reconstruction is an integer."""
+
+    step: float
+    eb: float
+    integer: bool
+
+    def quantize(self, y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Codes and reconstructions of values ``y`` given predictions ``p``."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            if self.integer:
+                p = np.rint(p)
+                k = np.floor((y - p + self.eb) / self.step)
+            else:
+                k = np.rint((y - p) / self.step)
+            k = np.where(np.abs(k) <= _MAX_CODE, k, 0.0)   # NaN, Inf, overflow: outliers
+        return k.astype(np.int64), self.reconstruct(p, k)
+
+    def reconstruct(self, p: np.ndarray, k: np.ndarray) -> np.ndarray:
+        if self.integer:
+            p = np.rint(p)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return p + np.asarray(k).astype(np.float64) * self.step
+
+
+def value_grid(p: QuantParams) -> ValueGrid:
+    if p.kind == "float":
+        return ValueGrid(p.step, p.eb, False)
+    if p.kind == "int":
+        return ValueGrid(p.step, p.eb, True)
+    if p.kind == "identity":
+        return ValueGrid(1.0, 0.0, True)
+    if p.kind == "log":
+        return ValueGrid(p.step, p.step / 2, False)
+    raise ValueError(f"no value-domain coding for quantizer kind {p.kind}")
+
+
+# ---------------------------------------------------------------------------------------
 # forward
 
 
 @dataclass
-class Quantized:
-    q: np.ndarray                 # int64 codes, same shape as the window
-    outliers: np.ndarray          # flat indices (int64, sorted) of exactly stored values
-    values: np.ndarray            # the outliers' original values, native dtype
-    signs: np.ndarray | None = None   # log kind: sign bit per value (bool, flat)
-    zeros: np.ndarray | None = None   # log kind: exact zero per value (bool, flat)
+class Masks:
+    """Point-wise relative mode: sign bit and exact-zero flag of every value (flat)."""
+
+    signs: np.ndarray
+    zeros: np.ndarray
 
 
 def _ordered_bits(x: np.ndarray) -> np.ndarray:
@@ -176,53 +218,63 @@ def _from_ordered_bits(q: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return i.view(np.float64)
 
 
-def quantize(x: np.ndarray, p: QuantParams) -> Quantized:
-    """Codes and outliers for one window ``x`` (native byte order, dtype ``p.dtype``)."""
-    empty_i = np.zeros(0, np.int64)
-    empty_v = np.zeros(0, x.dtype)
+def masks(x: np.ndarray, p: QuantParams) -> Masks | None:
+    if p.kind != "log":
+        return None
+    return Masks(np.signbit(x).ravel(), (x == 0).ravel())
+
+
+def value_domain(x: np.ndarray, p: QuantParams) -> np.ndarray:
+    """Values as float64 in the domain value predictors work in (log2|x| for pwrel);
+    values that cannot be coded (NaN, Inf, zeros under pwrel) become NaN and are coded
+    as 'no change' and restored exactly afterwards."""
+    y = x.astype(np.float64)
+    if p.kind != "log":
+        return y
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.log2(np.abs(y))
+    y[~np.isfinite(y)] = np.nan
+    return y
+
+
+def grid_codes(x: np.ndarray, p: QuantParams) -> np.ndarray:
+    """Integer codes on the fixed grid (grid predictors, dual quantization)."""
     if p.kind == "identity":
-        return Quantized(x.astype(np.int64), empty_i, empty_v)
+        return x.astype(np.int64)
     if p.kind == "bits":
-        return Quantized(_ordered_bits(np.ascontiguousarray(x)), empty_i, empty_v)
+        return _ordered_bits(np.ascontiguousarray(x))
     if p.kind == "int":
-        e, s = int(p.eb), int(p.step)
-        q = np.floor_divide(x.astype(np.int64) + e, s)
-        return Quantized(q, empty_i, empty_v)
-    xf = x.astype(np.float64)
+        return np.floor_divide(x.astype(np.int64) + int(p.eb), int(p.step))
+    y = value_domain(x, p)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        if p.kind == "float":
-            qf = np.rint(xf / p.step)
-            bad = ~(np.abs(qf) <= _MAX_CODE)           # NaN, Inf and overflowing codes
-            qf[bad] = 0.0
-            q = qf.astype(np.int64)
-            recon = dequantize_values(q, p, None, None).astype(np.float64)
-            bad |= ~_within(xf, recon, p.eb)
-            signs = zeros = None
-        else:  # log
-            a = np.abs(xf)
-            zero = a == 0
-            signs_full = np.signbit(xf)
-            qf = np.rint(np.log2(np.where(zero, 1.0, a)) / p.step)
-            bad = ~np.isfinite(xf) | ~(np.abs(qf) <= _MAX_CODE)
-            qf[bad] = 0.0
-            live = ~(zero | bad)
-            fill = qf[live].min() if live.any() else 0.0
-            qf[zero] = fill    # any value decodes to 0 under the mask; pick a smooth one
-            q = qf.astype(np.int64)
-            recon = dequantize_values(q, p, signs_full.ravel(), zero.ravel()).astype(np.float64)
-            bad |= ~_within(xf, recon, p.eb * a)
-            signs, zeros = signs_full.ravel(), zero.ravel()
-    flat_bad = np.flatnonzero(bad)
-    return Quantized(q, flat_bad.astype(np.int64), np.ascontiguousarray(x).ravel()[flat_bad],
-                     signs, zeros)
+        qf = np.rint(y / p.step)
+    bad = ~(np.abs(qf) <= _MAX_CODE)            # NaN, Inf and overflowing codes
+    if bad.any():
+        ok = qf[~bad]
+        qf[bad] = ok.min() if ok.size else 0.0   # any value decodes right after outliers
+    return qf.astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------
 # backward
 
 
-def dequantize_values(q: np.ndarray, p: QuantParams, signs: np.ndarray | None,
-                      zeros: np.ndarray | None) -> np.ndarray:
+def _to_dtype(v: np.ndarray, p: QuantParams, m: Masks | None) -> np.ndarray:
+    dtype = np.dtype(p.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if p.kind == "log":
+            assert m is not None
+            mag = np.exp2(v).reshape(-1)
+            mag[m.zeros] = 0.0
+            v = np.where(m.signs, -mag, mag).reshape(v.shape)
+        if dtype.kind == "f":
+            return v.astype(dtype)
+        info = np.iinfo(dtype)
+        v = np.where(np.isfinite(v), v, 0.0)
+        return np.clip(np.rint(v), info.min, info.max).astype(dtype)
+
+
+def from_grid(q: np.ndarray, p: QuantParams, m: Masks | None) -> np.ndarray:
     """Grid codes -> values in ``p.dtype`` (outliers not yet applied)."""
     dtype = np.dtype(p.dtype)
     if p.kind == "identity":
@@ -231,24 +283,32 @@ def dequantize_values(q: np.ndarray, p: QuantParams, signs: np.ndarray | None,
         return _from_ordered_bits(q, dtype)
     if p.kind == "int":
         info = np.iinfo(dtype)
-        v = q * int(p.step)
-        return np.clip(v, info.min, info.max).astype(dtype)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if p.kind == "float":
-            v = q.astype(np.float64) * p.step
-        else:
-            assert signs is not None and zeros is not None
-            mag = np.exp2(q.astype(np.float64) * p.step).reshape(-1)
-            mag[zeros] = 0.0
-            v = np.where(signs, -mag, mag).reshape(q.shape)
-        if dtype.kind == "f":
-            return v.astype(dtype)
-        info = np.iinfo(dtype)
-        return np.clip(np.rint(v), info.min, info.max).astype(dtype)
+        return np.clip(q * int(p.step), info.min, info.max).astype(dtype)
+    return _to_dtype(q.astype(np.float64) * p.step, p, m)
 
 
-def dequantize(qz: Quantized, p: QuantParams) -> np.ndarray:
-    out = dequantize_values(qz.q, p, qz.signs, qz.zeros)
-    if qz.outliers.size:
-        out.reshape(-1)[qz.outliers] = qz.values
-    return out
+def from_values(y: np.ndarray, p: QuantParams, m: Masks | None) -> np.ndarray:
+    """Value-domain reconstructions -> values in ``p.dtype`` (outliers not yet applied)."""
+    return _to_dtype(y, p, m)
+
+
+def find_outliers(x: np.ndarray, out: np.ndarray, p: QuantParams) -> np.ndarray:
+    """Flat indices where ``out`` breaks the bound (decided exactly) or, for NaN/Inf, is
+    not bit-identical to ``x``; those values are stored exactly."""
+    if p.kind in ("identity", "bits"):
+        return np.flatnonzero(_ordered_neq(x, out))
+    xf, of = x.astype(np.float64), out.astype(np.float64)
+    if p.kind == "log":
+        limit: np.ndarray | float = p.eb * np.abs(xf)
+    else:
+        limit = p.eb
+    bad = ~_within(xf, of, limit)
+    if x.dtype.kind == "f":
+        fin = np.isfinite(xf)
+        bad = np.where(fin, bad, _ordered_neq(x, out))
+    return np.flatnonzero(bad)
+
+
+def _ordered_neq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    view = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    return np.ascontiguousarray(a).view(view) != np.ascontiguousarray(b).view(view)

@@ -12,17 +12,19 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
-import numpy as np
-
 from ..errors import OptionError
 
 
 class Predictor(Protocol):
+    """``domain == "grid"``: ``encode(q) -> (codes, contexts, q)`` on integer grid codes and
+    ``decode(shape, take) -> q``. ``domain == "value"``: ``encode(y, grid) -> (codes,
+    contexts, reconstruction)`` on float64 values and ``decode(shape, grid, take)``, plus a
+    ``grid_fallback`` predictor for bit-exact float coding. ``codes`` and ``contexts`` are
+    flat, in the order the decoder asks for them through ``take(contexts) -> codes``."""
+
     name: str
-
-    def residuals(self, q: np.ndarray) -> np.ndarray: ...
-
-    def reconstruct(self, r: np.ndarray) -> np.ndarray: ...
+    domain: str
+    n_contexts: int
 
 
 _FACTORIES: dict[str, str] = {}
