@@ -297,6 +297,8 @@ def find_outliers(x: np.ndarray, out: np.ndarray, p: QuantParams) -> np.ndarray:
     not bit-identical to ``x``; those values are stored exactly."""
     if p.kind in ("identity", "bits"):
         return np.flatnonzero(_ordered_neq(x, out))
+    if p.kind == "int":                       # exact in int64
+        return np.flatnonzero(np.abs(x.astype(np.int64) - out.astype(np.int64)) > int(p.eb))
     xf, of = x.astype(np.float64), out.astype(np.float64)
     if p.kind == "log":
         limit: np.ndarray | float = p.eb * np.abs(xf)
