@@ -76,10 +76,10 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window)
     if output.exists() and not force:
         raise OutputExistsError(f"{output} exists; pass --force to overwrite it")
-    with io.open_input(input, dataset=dataset, format=fmt) as stack:
+    with io.open_input(input, dataset=dataset, format=fmt) as stack, \
+            _bar(stack.shape[0], "compress") as bar:
         t = time.perf_counter()
-        with _bar(stack.shape[0], "compress") as bar:
-            stats = compress_stack(stack, output, opts, force=force, progress=bar.update)
+        stats = compress_stack(stack, output, opts, force=force, progress=bar.update)
         dt = time.perf_counter() - t
     summary = {"input": str(input), "output": str(output), "shape": list(stack.shape),
                "dtype": str(stack.dtype), "mode": mode, "bound": bound, "rel_bound": rel_bound,
@@ -106,10 +106,10 @@ def decompress(input: Path, output: Path, fmt: str | None, dataset: str | None,
                force: bool) -> None:
     """Decompress INPUT.tez into OUTPUT (format from the extension or --format)."""
     with TezFile(input) as f:
-        t = time.perf_counter()
         meta = dict(f.metadata)
         with io.open_output(output, f.shape, f.dtype, metadata=meta, format=fmt,
                             dataset=dataset, force=force) as w, _bar(len(f), "decompress") as bar:
+            t = time.perf_counter()
             for t0, frames in f.iter_windows():
                 w.write(t0, frames)
                 bar.update(len(frames))

@@ -58,7 +58,7 @@ def _window_crc(values: np.ndarray) -> int:
 
 
 _SAMPLE_SIDE = 128
-_SAMPLE_FRAMES = 8
+_SAMPLE_FRAMES = 4
 
 
 def _sample(x: np.ndarray) -> np.ndarray:
@@ -87,8 +87,7 @@ def _run(pred: Any, x: np.ndarray, qp: QuantParams,
 
 
 def _choose(x: np.ndarray, qp: QuantParams, name: str) -> str:
-    """'auto': the candidate with the shortest code on a sample of the window (the whole
-    window when it is small)."""
+    """'auto': the candidate with the shortest estimated code on a sample of the window."""
     if name != "auto":
         return name
     sample = _sample(x)
@@ -97,7 +96,7 @@ def _choose(x: np.ndarray, qp: QuantParams, name: str) -> str:
     for cand in predictors.AUTO_CANDIDATES:
         pred = _resolve_predictor(cand, qp)
         codes, ctx, _ = _run(pred, sample, qp, m)
-        costs.append((len(entropy.encode(codes, ctx, pred.n_contexts)), cand))
+        costs.append((entropy.estimate_bits(codes, ctx, pred.n_contexts), cand))
     return min(costs)[1]
 
 

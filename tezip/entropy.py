@@ -83,22 +83,26 @@ def _class_map(counts: np.ndarray) -> np.ndarray:
 
 
 def estimate_bits(r: np.ndarray, ctx: np.ndarray, n_ctx: int) -> float:
-    """Estimated code length in bits of ``encode(r, ctx, n_ctx)`` (to rank predictors)."""
-    r, ctx = r.ravel(), ctx.ravel().astype(np.intp)
+    """Estimated code length in bits of ``encode(r, ctx, n_ctx)`` (to rank predictors):
+    the empirical entropy of each class's high parts, its raw low bits, escapes and an
+    allowance for the model; no entropy coder runs."""
+    ctx = ctx.ravel().astype(np.intp)
     cmap = _class_map(np.bincount(ctx, minlength=n_ctx)).astype(np.intp)
     cls = cmap[ctx]
-    z = zigzag(r)
-    total = 0.0
-    for c in np.unique(cls):
-        zc = z[cls == c]
-        k = _choose_k(zc)
-        sym = np.minimum(zc >> np.uint64(k), ESCAPE).astype(np.intp)
-        counts = np.bincount(sym)
-        nz = counts[counts > 0].astype(np.float64)
-        total += float(-(nz * np.log2(nz / zc.size)).sum()) + k * zc.size
-        total += 64.0 * counts[ESCAPE] if counts.size > ESCAPE else 0.0
-        total += 8.0 * (_CLS.size + 2 * counts.size)
-    return total
+    n_class = int(cls.max()) + 1 if cls.size else 1
+    z = zigzag(r.ravel())
+    n = np.bincount(cls, minlength=n_class).astype(np.float64)
+    mean = np.bincount(cls, weights=z.astype(np.float64), minlength=n_class) / np.maximum(n, 1)
+    k = np.clip(np.floor(np.log2(mean + 1.0)).astype(np.int64) - 3, 0, 60)
+    sym = np.minimum(z >> k[cls].astype(np.uint64), ESCAPE).astype(np.intp)
+    counts = np.bincount(cls * (ESCAPE + 1) + sym, minlength=n_class * (ESCAPE + 1))
+    counts = counts.reshape(n_class, ESCAPE + 1).astype(np.float64)
+    nz = counts > 0
+    bits = -float((counts[nz] * np.log2(counts[nz] / np.broadcast_to(
+        np.maximum(n, 1)[:, None], counts.shape)[nz])).sum())
+    bits += float((k * n).sum()) + 64.0 * float(counts[:, ESCAPE].sum())
+    bits += 8.0 * (_CLS.size * n_class + 2 * np.count_nonzero(counts))
+    return float(bits)
 
 
 def _maybe_zstd(data: bytes) -> tuple[bytes, bool]:
@@ -281,7 +285,7 @@ class Decoder:
     def __init__(self, data: bytes, n: int, n_ctx: int) -> None:
         try:
             (nc,) = struct.unpack_from("<H", data, 0)
-            cmap = np.frombuffer(data, np.uint8, nc, 2).astype(np.intp)
+            cmap = np.frombuffer(data, np.uint8, nc, 2)
             (n_class,) = struct.unpack_from("<H", data, 2 + nc)
             lens = struct.unpack_from(f"<{n_class}I", data, 4 + nc)
         except (struct.error, ValueError):
@@ -301,7 +305,7 @@ class Decoder:
         self.n_ctx = n_ctx
 
     def take(self, ctx: np.ndarray) -> np.ndarray:
-        cls = self.cmap[ctx.ravel().astype(np.intp)]
+        cls = self.cmap[ctx.ravel()]               # uint8: the stable sort below is a radix sort
         out = np.empty(cls.size, np.int64)
         counts = np.bincount(cls, minlength=len(self.classes))
         if np.count_nonzero(counts) == 1:
