@@ -271,15 +271,19 @@ def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[fl
 
 def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, *,
                    force: bool = False, fileobj: Any = None,
-                   progress: Callable[[int], None] | None = None) -> Stats:
+                   progress: Callable[[int], None] | None = None,
+                   vrange: tuple[float, float] | None = None) -> Stats:
     """Compress a reader (``shape``, ``dtype``, ``read(t0, t1)``, ``metadata``) into a .tez
-    file at ``out`` (atomically) or into ``fileobj``."""
+    file at ``out`` (atomically) or into ``fileobj``. ``vrange`` (min, max of the finite
+    values) overrides the stack's own, e.g. so that every shard of a larger stack resolves a
+    relative bound against the whole stack's range."""
     shape = tuple(int(s) for s in stack.shape)
     dtype = np.dtype(stack.dtype)
     check_stack(shape, dtype)
-    vrange = (0.0, 0.0)
-    if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
-        vrange = value_range(stack)
+    if vrange is None:
+        vrange = (0.0, 0.0)
+        if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
+            vrange = value_range(stack)
     qp = resolve(options.bound, dtype, vrange[1] - vrange[0])
     wlen = window_length(options.window, math.prod(shape[1:]))
     header = build_header(stack, options, qp, vrange, wlen)
