@@ -168,7 +168,8 @@ class ValueGrid:
             else:
                 k = np.rint((y - p) / self.step)
             k = np.where(np.abs(k) <= _MAX_CODE, k, 0.0)   # NaN, Inf, overflow: outliers
-        return k.astype(np.int64), self.reconstruct(p, k)
+        k = k.astype(np.int64)   # reconstruct from the integer, exactly as the decoder does
+        return k, self.reconstruct(p, k)
 
     def reconstruct(self, p: np.ndarray, k: np.ndarray) -> np.ndarray:
         if self.integer:
