@@ -34,7 +34,33 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:.2f} MB"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Commands that need torch (``train``) are imported only when invoked, so the classical
+    commands start without loading torch."""
+
+    lazy = {"train": "tezip.train:train_cmd"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            import importlib
+
+            module, _, attr = self.lazy[name].partition(":")
+            try:
+                return getattr(importlib.import_module(module), attr)
+            except ImportError as exc:
+                raise OptionError(f"'tezip {name}' needs PyTorch ({exc.name} is not "
+                                  "installed): pip install torch safetensors") from None
+        return super().get_command(ctx, name)
+
+
+_MODEL_HELP = ("learned model file (.safetensors from 'tezip train'); default: the shipped "
+               "pretrained/default.safetensors")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tezip")
 def cli() -> None:
     """Error-bounded compression of stacks of frames in time (detector stacks, time-lapse,
@@ -60,11 +86,12 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--dataset", help="dataset path inside an HDF5 input (e.g. /entry/data/data)")
 @click.option("--format", "fmt", type=click.Choice(["npy", "hdf5", "tiff", "folder"]),
               help="input format (default: from the extension)")
+@click.option("--model", type=click.Path(path_type=Path), help=_MODEL_HELP)
 @click.option("--force", is_flag=True, help="overwrite OUTPUT if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def compress(input: Path, output: Path, mode: str | None, bound: float | None,
              rel_bound: float | None, predictor: str, window: int, dataset: str | None,
-             fmt: str | None, force: bool, as_json: bool) -> None:
+             fmt: str | None, model: Path | None, force: bool, as_json: bool) -> None:
     """Compress INPUT (.npy, HDF5, multi-page TIFF, or a folder of PNG/TIFF frames) into
     OUTPUT.tez."""
     if mode is None:
@@ -73,7 +100,8 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
         raise OptionError("mode 'absrel' needs both --bound (absolute) and --rel-bound")
     if mode != "absrel" and rel_bound is not None:
         raise OptionError("--rel-bound is only for --mode absrel")
-    opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window)
+    opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
+                   model=None if model is None else str(model))
     if output.exists() and not force:
         raise OutputExistsError(f"{output} exists; pass --force to overwrite it")
     with io.open_input(input, dataset=dataset, format=fmt) as stack, \
@@ -101,11 +129,12 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
 @click.option("--format", "fmt", type=click.Choice(["npy", "hdf5", "tiff", "folder"]),
               help="output format (default: from the extension)")
 @click.option("--dataset", help="dataset path for an HDF5 output (default: the original's)")
+@click.option("--model", type=click.Path(path_type=Path), help=_MODEL_HELP)
 @click.option("--force", is_flag=True, help="overwrite OUTPUT if it exists")
 def decompress(input: Path, output: Path, fmt: str | None, dataset: str | None,
-               force: bool) -> None:
+               model: Path | None, force: bool) -> None:
     """Decompress INPUT.tez into OUTPUT (format from the extension or --format)."""
-    with TezFile(input) as f:
+    with TezFile(input, model=None if model is None else str(model)) as f:
         meta = dict(f.metadata)
         with io.open_output(output, f.shape, f.dtype, metadata=meta, format=fmt,
                             dataset=dataset, force=force) as w, _bar(len(f), "decompress") as bar:
@@ -159,17 +188,26 @@ def info(file: Path, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("original", type=click.Path(path_type=Path))
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path), required=False)
 @click.option("--dataset", help="dataset path inside an HDF5 original")
 @click.option("--format", "fmt", type=click.Choice(["npy", "hdf5", "tiff", "folder"]),
               help="format of ORIGINAL (default: from the extension)")
 @click.option("--no-ssim", is_flag=True, help="skip SSIM (slow on large stacks)")
+@click.option("--model", type=click.Path(path_type=Path), help=_MODEL_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print as JSON")
-def verify(original: Path, file: Path, dataset: str | None, fmt: str | None, no_ssim: bool,
-           as_json: bool) -> None:
+def verify(original: Path, file: Path | None, dataset: str | None, fmt: str | None,
+           no_ssim: bool, model: Path | None, as_json: bool) -> None:
     """Compare FILE.tez with ORIGINAL: errors, PSNR, SSIM, ratio; exit 1 if the recorded
-    error bound does not hold."""
-    with io.open_input(original, dataset=dataset, format=fmt) as stack, TezFile(file) as f:
+    error bound does not hold.
+
+    With one argument, a data set directory written by `tezip prepare`: check every shard
+    against manifest.json (present, size, sha256, shape); exit 1 listing the missing or
+    damaged ones."""
+    if file is None:
+        _verify_dataset(original, as_json)
+        return
+    with io.open_input(original, dataset=dataset, format=fmt) as stack, \
+            TezFile(file, model=None if model is None else str(model)) as f:
         if tuple(stack.shape) != tuple(f.shape) or np.dtype(stack.dtype) != f.dtype:
             raise InputError(f"{original} is {tuple(stack.shape)} {np.dtype(stack.dtype)} but "
                              f"{file} holds {tuple(f.shape)} {f.dtype}; not the same stack")
@@ -189,6 +227,88 @@ def verify(original: Path, file: Path, dataset: str | None, fmt: str | None, no_
             + (f" ({report['violations']} values)" if not report["ok"] else ""))
     if not report["ok"]:
         sys.exit(1)
+
+
+def _verify_dataset(directory: Path, as_json: bool) -> None:
+    from . import parallel
+
+    if not parallel.is_dataset_dir(directory):
+        if directory.is_dir():
+            raise InputError(f"{directory} has no {parallel.MANIFEST}; verify a data set "
+                             "written by `tezip prepare`, or give ORIGINAL and FILE.tez")
+        raise click.UsageError("verify takes ORIGINAL FILE.tez, or one data set directory")
+    n = len(parallel.load_manifest(directory)["shards"])
+    with _bar(n, "verify", unit="shard") as bar:
+        rep = parallel.verify_dataset(directory, progress=bar.update)
+    if as_json:
+        click.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        for name, problem in rep.problems:
+            click.echo(f"{name}: {problem}")
+        if rep.passed:
+            click.echo(f"{directory}: {rep.shards} shards OK ({rep.frames} frames, "
+                       f"{_mb(rep.bytes)})")
+        else:
+            click.echo(f"{directory}: {len(rep.problems)} problem(s); {rep.ok} of "
+                       f"{rep.shards} shards OK")
+    if not rep.passed:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="data set directory (created; shards + manifest.json)")
+@click.option("--mode", type=click.Choice(["abs", "rel", "absrel", "pwrel", "lossless"]),
+              help=_MODE_HELP)
+@click.option("--bound", type=float, help="error bound (see --mode)")
+@click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
+@click.option("--predictor", default="auto", show_default=True,
+              help=f"auto or one of: {', '.join(predictors.names())}")
+@click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
+              help="frames per independently decodable window")
+@click.option("--dataset", help="dataset path inside HDF5 inputs (or give FILE.h5:/path)")
+@click.option("--shard-size", default=128.0, show_default=True, type=float,
+              help="target compressed size of one shard, in MB")
+@click.option("--model", type=click.Path(path_type=Path), help=_MODEL_HELP)
+@click.option("--force", is_flag=True, help="rewrite every shard instead of resuming")
+@click.option("--quiet", is_flag=True, help="no progress line")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float | None,
+            rel_bound: float | None, predictor: str, window: int, dataset: str | None,
+            shard_size: float, model: Path | None, force: bool, quiet: bool,
+            as_json: bool) -> None:
+    """Compress INPUTS (files, quoted globs, folders, FILE.h5:/dataset) into .tez shards
+    and a manifest.json in --out, over MPI ranks when started by mpirun/mpiexec/srun
+    (`pip install tezip[mpi]`); one rank otherwise. A rerun resumes: shards already
+    complete and verified are kept."""
+    from . import parallel
+
+    comm = parallel.get_comm()
+    try:
+        codec = parallel.CodecConfig.from_cli(mode, bound, rel_bound, predictor, window,
+                                              None if model is None else str(model))
+        cfg = parallel.PrepareConfig(tuple(inputs), out, codec, dataset=dataset,
+                                     shard_size_mb=shard_size, force=force,
+                                     progress=not quiet and not as_json)
+        result = parallel.prepare(cfg, comm)
+    except TezipError as exc:
+        if comm.rank != 0 or (isinstance(exc, parallel.RankFailure) and not exc.report):
+            sys.exit(1)  # rank 0 tells the user
+        raise
+    if comm.rank != 0:
+        return
+    s = result.summary()
+    if as_json:
+        click.echo(json.dumps(s, indent=2))
+        return
+    ratio = f"{s['ratio']:.2f}" if s["ratio"] else "-"
+    speed = f"{s['mb_per_s']:.1f} MB/s" if s["mb_per_s"] else "nothing to encode"
+    click.echo(f"{s['manifest']}: {s['shards']} shards ({s['shards_written']} written, "
+               f"{s['shards_reused']} reused) from {s['sources']} sources, {s['frames']} "
+               f"frames, {_mb(s['raw_bytes'])} -> {_mb(s['compressed_bytes'])}, ratio {ratio}, "
+               f"{speed}, {s['ranks']} rank{'s' if s['ranks'] > 1 else ''}, "
+               f"{s['seconds']:.2f} s")
 
 
 @cli.command()

@@ -33,19 +33,32 @@ _MAX_META = 1 << 16
 
 @dataclass(frozen=True)
 class Options:
-    """Codec options: the error bound, the predictor ('auto' or a registered name) and
-    the window length in frames."""
+    """Codec options: the error bound; the predictor ('auto': every available predictor,
+    learned included; 'classical': the classical ones; or a registered name); the window
+    length in frames; the learned model file (None: the shipped default)."""
 
     bound: ErrorBound
     predictor: str = "auto"
     window: int = DEFAULT_WINDOW
+    model: str | None = None
 
     def __post_init__(self) -> None:
-        if self.predictor != "auto" and self.predictor not in predictors.names():
+        if self.predictor not in ("auto", "classical", *predictors.names()):
             raise OptionError(f"unknown predictor '{self.predictor}'; choose one of "
-                              f"{', '.join(['auto', *predictors.names()])}")
+                              f"{', '.join(['auto', 'classical', *predictors.names()])}")
         if not isinstance(self.window, int) or self.window < 1:
             raise OptionError(f"window must be a positive number of frames, got {self.window}")
+        if self.predictor in predictors.LEARNED and not predictors.learned_available(self.model):
+            raise OptionError(f"predictor '{self.predictor}' needs torch and a model file; "
+                              "install torch or pass --model")
+
+    def candidates(self) -> tuple[str, ...]:
+        if self.predictor == "classical":
+            return predictors.CLASSICAL_CANDIDATES
+        if self.predictor == "auto":
+            learned = predictors.LEARNED if predictors.learned_available(self.model) else ()
+            return predictors.CLASSICAL_CANDIDATES + learned
+        return (self.predictor,)
 
 
 # ---------------------------------------------------------------------------------------
@@ -69,8 +82,8 @@ def _sample(x: np.ndarray) -> np.ndarray:
     return x[:_SAMPLE_FRAMES, y0:y0 + _SAMPLE_SIDE, x0:x0 + _SAMPLE_SIDE]
 
 
-def _resolve_predictor(name: str, qp: QuantParams) -> Any:
-    pred = predictors.get(name)
+def _resolve_predictor(name: str, qp: QuantParams, model: str | None = None) -> Any:
+    pred = predictors.get(name, model)
     if pred.domain == "value" and qp.kind == "bits":
         return pred.grid_fallback       # bit-exact floats have no value domain
     return pred
@@ -86,15 +99,16 @@ def _run(pred: Any, x: np.ndarray, qp: QuantParams,
     return codes, ctx, quantize.from_values(y, qp, m)
 
 
-def _choose(x: np.ndarray, qp: QuantParams, name: str) -> str:
-    """'auto': the candidate with the shortest estimated code on a sample of the window."""
-    if name != "auto":
-        return name
+def _choose(x: np.ndarray, qp: QuantParams, candidates: tuple[str, ...],
+            model: str | None) -> str:
+    """The candidate with the shortest estimated code on a sample of the window."""
+    if len(candidates) == 1:
+        return candidates[0]
     sample = _sample(x)
     m = quantize.masks(sample, qp)
     costs = []
-    for cand in predictors.AUTO_CANDIDATES:
-        pred = _resolve_predictor(cand, qp)
+    for cand in candidates:
+        pred = _resolve_predictor(cand, qp, model)
         codes, ctx, _ = _run(pred, sample, qp, m)
         costs.append((entropy.estimate_bits(codes, ctx, pred.n_contexts), cand))
     return min(costs)[1]
@@ -118,11 +132,14 @@ def _unzstd(data: bytes, size: int) -> bytes:
     return out
 
 
-def encode_window(x: np.ndarray, qp: QuantParams, predictor: str) -> tuple[bytes, str]:
+def encode_window(x: np.ndarray, qp: QuantParams, candidates: tuple[str, ...] | str,
+                  model: str | None = None) -> tuple[bytes, str]:
     """Frames ``x`` (native dtype) -> window payload; returns (payload, predictor used)."""
     x = np.ascontiguousarray(x)
-    name = _choose(x, qp, predictor)
-    pred = _resolve_predictor(name, qp)
+    if isinstance(candidates, str):
+        candidates = Options(ErrorBound("lossless"), candidates, model=model).candidates()
+    name = _choose(x, qp, candidates, model)
+    pred = _resolve_predictor(name, qp, model)
     m = quantize.masks(x, qp)
     codes, ctx, out = _run(pred, x, qp, m)
     stream = entropy.encode(codes, ctx, pred.n_contexts)
@@ -136,12 +153,15 @@ def encode_window(x: np.ndarray, qp: QuantParams, predictor: str) -> tuple[bytes
                 _zstd(values.astype(values.dtype.newbyteorder("<")).tobytes()), _zstd(masks)]
     meta = {"p": name, "n": int(x.shape[0]), "o": int(outliers.size),
             "s": [len(s) for s in sections], "c": _window_crc(out)}
+    if hasattr(pred, "last_forecast_crc"):
+        meta["f"] = pred.last_forecast_crc
     mb = json.dumps(meta, separators=(",", ":")).encode()
     return _META_LEN.pack(len(mb)) + mb + b"".join(sections), name
 
 
 def decode_window(payload: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
-                  frames: int) -> np.ndarray:
+                  frames: int, model: str | None = None,
+                  model_hash: str | None = None) -> np.ndarray:
     """Inverse of ``encode_window``; any inconsistency -> CorruptFileError, a result that
     differs from the encoder's -> DecodeMismatchError."""
     if len(payload) < _META_LEN.size:
@@ -160,10 +180,19 @@ def decode_window(payload: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
     if (n_frames != frames or len(sizes) != 4 or min(sizes) < 0 or not 0 <= n_out <= n
             or _META_LEN.size + mlen + sum(sizes) != len(payload)):
         raise CorruptFileError("window metadata does not match the index")
-    try:
-        pred = _resolve_predictor(name, qp)
-    except OptionError:
-        raise CorruptFileError(f"window uses unknown predictor '{name}'") from None
+    if name not in predictors.names():
+        raise CorruptFileError(f"window uses unknown predictor '{name}'")
+    if name in predictors.LEARNED:
+        if model_hash is None:
+            raise CorruptFileError("window uses a learned predictor but no model is recorded")
+        if not predictors.learned_available(model):
+            raise OptionError("this file needs the learned predictor: install torch "
+                              "(and pass --model if it was not the shipped default)")
+    pred = _resolve_predictor(name, qp, model)
+    if name in predictors.LEARNED and pred.hash != model_hash:
+        raise DecodeMismatchError(
+            f"encoded with model {model_hash[:16]}, but the model at hand ({pred.model.path})"
+            f" is {pred.hash[:16]}; pass the encoder's model with --model")
     pos = _META_LEN.size + mlen
     parts = []
     for s in sizes:
@@ -189,6 +218,10 @@ def decode_window(payload: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
     else:
         out = quantize.from_values(pred.decode(shape, quantize.value_grid(qp), dec.take), qp, m)
     dec.finish()
+    if "f" in meta and meta["f"] != getattr(pred, "last_forecast_crc", None):
+        raise DecodeMismatchError(
+            "the learned forecast differs from the encoder's on this machine; decoding would "
+            "not reproduce the data (same model, different arithmetic)")
     out.reshape(-1)[idx] = vals
     if _window_crc(out) != crc:
         raise DecodeMismatchError(
@@ -257,6 +290,14 @@ class Stats:
         return self.raw_bytes / self.compressed_bytes if self.compressed_bytes else math.inf
 
 
+def _model_record(options: Options) -> dict | None:
+    learned = [c for c in options.candidates() if c in predictors.LEARNED]
+    if not learned:
+        return None
+    pred = predictors.get(learned[0], options.model)
+    return {"hash": pred.hash, "file": os.path.basename(pred.model.path)}
+
+
 def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[float, float],
                  window: int) -> dict:
     b = options.bound
@@ -265,6 +306,7 @@ def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[fl
         "dtype": qp.dtype, "shape": [int(s) for s in stack.shape],
         "bound": {"mode": b.mode, "abs": b.abs, "rel": b.rel, "pw": b.pw},
         "quant": qp.to_dict(), "predictor": options.predictor, "window": window,
+        "model": _model_record(options),
         "value_range": list(vrange), "metadata": getattr(stack, "metadata", {}) or {},
     }
 
@@ -287,10 +329,11 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
     qp = resolve(options.bound, dtype, vrange[1] - vrange[0])
     wlen = window_length(options.window, math.prod(shape[1:]))
     header = build_header(stack, options, qp, vrange, wlen)
+    candidates = options.candidates()
     stats = Stats(raw_bytes=math.prod(shape) * dtype.itemsize)
     with ContainerWriter(out, header, force=force, fileobj=fileobj) as w:
         for t0, t1 in fixed_windows(shape[0], wlen):
-            payload, used = encode_window(stack.read(t0, t1), qp, options.predictor)
+            payload, used = encode_window(stack.read(t0, t1), qp, candidates, options.model)
             w.add_window(t0, t1 - t0, payload)
             stats.predictors[used] = stats.predictors.get(used, 0) + 1
             stats.windows += 1
@@ -304,7 +347,8 @@ class TezFile:
     """Random access to a .tez file: ``f[10:20]`` decodes only the windows holding frames
     10-19. Also an iterator over decoded windows for streaming decompression."""
 
-    def __init__(self, source: str | os.PathLike | bytes) -> None:
+    def __init__(self, source: str | os.PathLike | bytes, model: str | None = None) -> None:
+        self.model = model
         self._c = ContainerReader(source)
         try:
             self._validate()
@@ -334,6 +378,8 @@ class TezFile:
         self.dtype = dtype
         self.window = window
         self.metadata = h.get("metadata") or {}
+        rec = h.get("model")
+        self.model_hash = rec.get("hash") if isinstance(rec, dict) else None
         self._starts = np.array([e.t0 for e in entries], np.int64)
 
     @property
@@ -353,7 +399,8 @@ class TezFile:
     def decode_window(self, i: int) -> np.ndarray:
         e = self._c.entries[i]
         try:
-            return decode_window(self._c.payload(i), self.quant, self.shape[1:], e.frames)
+            return decode_window(self._c.payload(i), self.quant, self.shape[1:], e.frames,
+                                 self.model, self.model_hash)
         except CorruptFileError as exc:
             if str(exc).startswith(self._c.name):
                 raise
