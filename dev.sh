@@ -40,7 +40,7 @@ demo() {
 
 run_tests() {
   setup
-  ruff check tezip tests datasets benchmarks
+  ruff check tezip tests datasets benchmarks examples
   python -m pytest -m "not slow" -q "$@"
 }
 
