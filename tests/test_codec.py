@@ -210,3 +210,27 @@ def test_metadata_round_trips():
                           metadata={"source": "x.h5", "attrs": {"units": "counts"}})
     with tezip.TezFile(blob) as f:
         assert f.metadata["attrs"] == {"units": "counts"}
+
+
+def test_dynamic_windows_start_a_keyframe_at_a_scene_cut():
+    a = smooth_stack((12, 24, 24), "float32")
+    b = smooth_stack((12, 24, 24), "float32", seed=7)[::-1] * 3 + 50
+    x = np.concatenate([a, b])                       # a cut at frame 12
+    blob = tezip.compress(x, mode="rel", bound=1e-3, window=8, threshold=0.05)
+    with tezip.open(blob) as f:
+        starts = [t0 for t0, _ in f.window_frames()]
+        assert f.header["windows"] == "dynamic" and f.header["threshold"] == 0.05
+        assert 12 in starts and starts[0] == 0
+        assert all(t1 - t0 <= 8 for t0, t1 in f.window_frames())
+        back = f.read_all()
+    lim = 1e-3 * (float(x.max()) - float(x.min()))
+    assert np.abs(back.astype(float) - x).max() <= lim
+    fixed = tezip.compress(x, mode="rel", bound=1e-3, window=8)
+    with tezip.open(fixed) as f:
+        assert 12 not in [t0 for t0, _ in f.window_frames()]
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_dynamic_window_threshold_must_be_positive(bad):
+    with pytest.raises(tezip.OptionError):
+        tezip.compress(smooth_stack((4, 8, 8), "float32"), threshold=bad)

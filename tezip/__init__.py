@@ -57,11 +57,15 @@ def make_bound(mode: str, bound: float | None = None, rel_bound: float | None = 
 
 def compress(array: np.ndarray, mode: str = "rel", bound: float | None = 1e-3, *,
              rel_bound: float | None = None, predictor: str = "auto",
-             window: int = DEFAULT_WINDOW, metadata: dict | None = None) -> bytes:
-    """Compress a (T, H, W) or (T, H, W, C) array into the bytes of a .tez file."""
+             window: int = DEFAULT_WINDOW, metadata: dict | None = None,
+             model: str | os.PathLike | None = None, threshold: float | None = None) -> bytes:
+    """Compress a (T, H, W) or (T, H, W, C) array into the bytes of a .tez file.
+    ``model``: learned model file (default: the shipped one); ``threshold``: dynamic
+    windows (see ``tezip.windows.dynamic_windows``)."""
     if mode == "lossless" and bound == 1e-3:
         bound = None
-    opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window)
+    opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
+                   model=None if model is None else str(model), threshold=threshold)
     buf = _io.BytesIO()
     compress_stack(ArrayStack(array, metadata), None, opts, fileobj=buf)
     return buf.getvalue()
@@ -74,10 +78,11 @@ def _memory_limit() -> int:
         return 1 << 40
 
 
-def decompress(data: bytes | os.PathLike | str) -> np.ndarray:
+def decompress(data: bytes | os.PathLike | str,
+               model: str | os.PathLike | None = None) -> np.ndarray:
     """Decode the bytes of a .tez file (or a path to one) into an array."""
     with TezFile(data if isinstance(data, (bytes, bytearray, memoryview, str, os.PathLike))
-                 else bytes(data)) as f:
+                 else bytes(data), model=None if model is None else str(model)) as f:
         need = int(np.prod(f.shape, dtype=np.float64)) * f.dtype.itemsize
         if need > _memory_limit():
             raise TezipError(f"the stack needs {need / 2**30:.1f} GiB, more than this machine's "
@@ -86,6 +91,7 @@ def decompress(data: bytes | os.PathLike | str) -> np.ndarray:
         return f.read_all()
 
 
-def open(path: str | os.PathLike) -> TezFile:  # noqa: A001 - mirrors the file-like idiom
+def open(path: str | os.PathLike,  # noqa: A001 - mirrors the file-like idiom
+         model: str | os.PathLike | None = None) -> TezFile:
     """Open a .tez file for random access: ``tezip.open(p)[10:20]``."""
-    return TezFile(path)
+    return TezFile(path, model=None if model is None else str(model))

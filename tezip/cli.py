@@ -82,7 +82,10 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--predictor", default="auto", show_default=True,
               help=f"auto or one of: {', '.join(predictors.names())}")
 @click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
-              help="frames per independently decodable window")
+              help="frames per independently decodable window (with --threshold: at most)")
+@click.option("--threshold", type=float,
+              help="dynamic windows: start a new keyframe where the mean frame-to-frame change "
+                   "exceeds this fraction of the value range (scene cuts, resets)")
 @click.option("--dataset", help="dataset path inside an HDF5 input (e.g. /entry/data/data)")
 @click.option("--format", "fmt", type=click.Choice(["npy", "hdf5", "tiff", "folder"]),
               help="input format (default: from the extension)")
@@ -90,8 +93,9 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--force", is_flag=True, help="overwrite OUTPUT if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def compress(input: Path, output: Path, mode: str | None, bound: float | None,
-             rel_bound: float | None, predictor: str, window: int, dataset: str | None,
-             fmt: str | None, model: Path | None, force: bool, as_json: bool) -> None:
+             rel_bound: float | None, predictor: str, window: int, threshold: float | None,
+             dataset: str | None, fmt: str | None, model: Path | None, force: bool,
+             as_json: bool) -> None:
     """Compress INPUT (.npy, HDF5, multi-page TIFF, or a folder of PNG/TIFF frames) into
     OUTPUT.tez."""
     if mode is None:
@@ -101,7 +105,7 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
     if mode != "absrel" and rel_bound is not None:
         raise OptionError("--rel-bound is only for --mode absrel")
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
-                   model=None if model is None else str(model))
+                   model=None if model is None else str(model), threshold=threshold)
     if output.exists() and not force:
         raise OutputExistsError(f"{output} exists; pass --force to overwrite it")
     with io.open_input(input, dataset=dataset, format=fmt) as stack, \

@@ -23,7 +23,7 @@ from . import entropy, predictors, quantize
 from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
 from .quantize import ErrorBound, QuantParams, check_dtype, resolve
-from .windows import MAX_WINDOW_VALUES, fixed_windows, window_length
+from .windows import MAX_WINDOW_VALUES, dynamic_windows, fixed_windows, window_length
 
 __version__ = "0.1.0"
 DEFAULT_WINDOW = 16
@@ -35,14 +35,21 @@ _MAX_META = 1 << 16
 class Options:
     """Codec options: the error bound; the predictor ('auto': every available predictor,
     learned included; 'classical': the classical ones; or a registered name); the window
-    length in frames; the learned model file (None: the shipped default)."""
+    length in frames (SWP), or with ``threshold`` the maximum length of dynamic windows
+    (DWP, see ``windows.dynamic_windows``); the learned model file (None: the shipped
+    default)."""
 
     bound: ErrorBound
     predictor: str = "auto"
     window: int = DEFAULT_WINDOW
     model: str | None = None
+    threshold: float | None = None
 
     def __post_init__(self) -> None:
+        if self.threshold is not None and not (self.threshold > 0 and
+                                               math.isfinite(self.threshold)):
+            raise OptionError(f"threshold must be a positive fraction of the value range, "
+                              f"got {self.threshold}")
         if self.predictor not in ("auto", "classical", *predictors.names()):
             raise OptionError(f"unknown predictor '{self.predictor}'; choose one of "
                               f"{', '.join(['auto', 'classical', *predictors.names()])}")
@@ -99,11 +106,11 @@ def _run(pred: Any, x: np.ndarray, qp: QuantParams,
     return codes, ctx, quantize.from_values(y, qp, m)
 
 
-def _choose(x: np.ndarray, qp: QuantParams, candidates: tuple[str, ...],
-            model: str | None) -> str:
-    """The candidate with the shortest estimated code on a sample of the window."""
+def _rank(x: np.ndarray, qp: QuantParams, candidates: tuple[str, ...],
+          model: str | None) -> list[str]:
+    """Candidates by estimated code length on a sample of the window, shortest first."""
     if len(candidates) == 1:
-        return candidates[0]
+        return list(candidates)
     sample = _sample(x)
     m = quantize.masks(sample, qp)
     costs = []
@@ -111,7 +118,31 @@ def _choose(x: np.ndarray, qp: QuantParams, candidates: tuple[str, ...],
         pred = _resolve_predictor(cand, qp, model)
         codes, ctx, _ = _run(pred, sample, qp, m)
         costs.append((entropy.estimate_bits(codes, ctx, pred.n_contexts), cand))
-    return min(costs)[1]
+    return [c for _, c in sorted(costs)]
+
+
+def _usable(candidates: tuple[str, ...], x: np.ndarray, qp: QuantParams,
+            model: str | None) -> tuple[str, ...]:
+    """Drop learned candidates that cannot run on ``x``: bit-exact float coding (no value
+    domain; their fallback duplicates 'previous') and a model for another channel count."""
+    if not any(c in predictors.LEARNED for c in candidates):
+        return candidates
+    channels = x.shape[3] if x.ndim == 4 else 1
+    keep = []
+    for c in candidates:
+        if c in predictors.LEARNED:
+            if qp.kind == "bits" and len(candidates) > 1:
+                continue
+            pred = predictors.get(c, model)
+            if pred.channels != channels:
+                if len(candidates) == 1:
+                    raise OptionError(
+                        f"the model {pred.model.path} forecasts {pred.channels}-channel frames "
+                        f"but the data have {channels} channel(s); train one with "
+                        f"'tezip train' on such data or use --predictor classical")
+                continue
+        keep.append(c)
+    return tuple(keep)
 
 
 def _zstd(data: bytes) -> bytes:
@@ -138,8 +169,26 @@ def encode_window(x: np.ndarray, qp: QuantParams, candidates: tuple[str, ...] | 
     x = np.ascontiguousarray(x)
     if isinstance(candidates, str):
         candidates = Options(ErrorBound("lossless"), candidates, model=model).candidates()
-    name = _choose(x, qp, candidates, model)
+    ranked = _rank(x, qp, _usable(candidates, x, qp, model), model)
+    payload, name = _encode_with(ranked[0], x, qp, model)
+    if name in predictors.LEARNED:
+        # A short sample ranks learned and classical predictors less reliably than
+        # classical ones among themselves (warm-up of the recurrent state, interpolation
+        # in time): code the window with the best classical one too and keep the smaller,
+        # so a window never costs more with the learned candidates than without them.
+        alt = next((c for c in ranked if c not in predictors.LEARNED), None)
+        if alt is not None:
+            other, alt_name = _encode_with(alt, x, qp, model)
+            if len(other) <= len(payload):
+                payload, name = other, alt_name
+    return payload, name
+
+
+def _encode_with(name: str, x: np.ndarray, qp: QuantParams,
+                 model: str | None) -> tuple[bytes, str]:
     pred = _resolve_predictor(name, qp, model)
+    if name in predictors.LEARNED and not hasattr(pred, "hash"):
+        name = pred.name     # bit-exact floats: the learned predictor's grid fallback ran
     m = quantize.masks(x, qp)
     codes, ctx, out = _run(pred, x, qp, m)
     stream = entropy.encode(codes, ctx, pred.n_contexts)
@@ -306,6 +355,8 @@ def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[fl
         "dtype": qp.dtype, "shape": [int(s) for s in stack.shape],
         "bound": {"mode": b.mode, "abs": b.abs, "rel": b.rel, "pw": b.pw},
         "quant": qp.to_dict(), "predictor": options.predictor, "window": window,
+        "windows": ("dynamic" if options.threshold else "fixed"),
+        "threshold": options.threshold,
         "model": _model_record(options),
         "value_range": list(vrange), "metadata": getattr(stack, "metadata", {}) or {},
     }
@@ -332,7 +383,15 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
     candidates = options.candidates()
     stats = Stats(raw_bytes=math.prod(shape) * dtype.itemsize)
     with ContainerWriter(out, header, force=force, fileobj=fileobj) as w:
-        for t0, t1 in fixed_windows(shape[0], wlen):
+        if options.threshold:
+            scale = vrange[1] - vrange[0]
+            if scale <= 0:
+                lo, hi = value_range(stack)
+                scale = hi - lo
+            plan = dynamic_windows(stack, wlen, options.threshold, scale)
+        else:
+            plan = fixed_windows(shape[0], wlen)
+        for t0, t1 in plan:
             payload, used = encode_window(stack.read(t0, t1), qp, candidates, options.model)
             w.add_window(t0, t1 - t0, payload)
             stats.predictors[used] = stats.predictors.get(used, 0) + 1

@@ -96,13 +96,13 @@ def _clip(a: np.ndarray, rng: np.random.Generator, cfg: TrainConfig
 
 def _batch(stacks: list[np.ndarray], rng: np.random.Generator, cfg: TrainConfig,
            n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(noisy inputs, clean targets), (N, T, C, H, W), normalized per clip by its first
+    """(noisy inputs, clean targets), (N, T, C, H, W), clips from stacks chosen uniformly
+    (a small stack counts as much as a large one), normalized per clip by its first
     frame's range; the noise imitates quantization errors of bounds from noise/10 to
     noise*10 of that range (log-uniform per clip)."""
-    sizes = np.array([a.shape[0] * a.shape[1] * a.shape[2] for a in stacks], np.float64)
     clips, los, his = [], [], []
     for _ in range(n):
-        a = stacks[int(rng.choice(len(stacks), p=sizes / sizes.sum()))]
+        a = stacks[int(rng.integers(len(stacks)))]   # every stack counts the same
         c, lo, hi = _clip(a, rng, cfg)
         clips.append(c)
         los.append(lo)
@@ -235,6 +235,8 @@ import click  # noqa: E402
 @click.option("--dataset", help="dataset path inside HDF5 inputs")
 @click.option("--hidden", default="8", show_default=True,
               help="hidden channels per layer, comma-separated (the depth is their count)")
+@click.option("--kernel", default=3, show_default=True, type=int,
+              help="convolution kernel size (odd)")
 @click.option("--steps", default=1500, show_default=True, type=int)
 @click.option("--batch", default=8, show_default=True, type=int)
 @click.option("--clip", default=8, show_default=True, type=int, help="frames per training clip")
@@ -244,19 +246,21 @@ import click  # noqa: E402
               help="input noise, fraction of the clip range (imitates reconstructions)")
 @click.option("--init", help="'default' (fine-tune the shipped model) or a model file")
 @click.option("--seed", default=0, show_default=True, type=int)
-def train_cmd(data: tuple[str, ...], out: str, dataset: str | None, hidden: str, steps: int,
-              batch: int, clip: int, crop: int, lr: float, noise: float, init: str | None,
-              seed: int) -> None:
+def train_cmd(data: tuple[str, ...], out: str, dataset: str | None, hidden: str, kernel: int,
+              steps: int, batch: int, clip: int, crop: int, lr: float, noise: float,
+              init: str | None, seed: int) -> None:
     """Train the learned forecaster on DATA (.npy, HDF5, TIFF, frame folders); writes
     OUT/model.safetensors and OUT/train_log.json. Data-parallel under torchrun/mpirun."""
     try:
         hid = tuple(int(v) for v in hidden.split(","))
     except ValueError:
         raise OptionError(f"--hidden takes comma-separated integers, got {hidden!r}") from None
-    if steps < 1 or batch < 1 or clip < 3 or crop < 4:
-        raise OptionError("--steps and --batch must be >= 1, --clip >= 3, --crop >= 4")
-    cfg = TrainConfig(hidden=hid, steps=steps, batch=batch, clip=clip, crop=crop, lr=lr,
-                      noise=noise, init=init, seed=seed, val_every=max(1, min(250, steps)))
+    if steps < 1 or batch < 1 or clip < 3 or crop < 4 or kernel < 1 or kernel % 2 == 0:
+        raise OptionError("--steps and --batch must be >= 1, --clip >= 3, --crop >= 4, "
+                          "--kernel odd")
+    cfg = TrainConfig(hidden=hid, kernel=kernel, steps=steps, batch=batch, clip=clip,
+                      crop=crop, lr=lr, noise=noise, init=init, seed=seed,
+                      val_every=max(1, min(250, steps)))
     m = train(list(data), out, cfg, dataset=dataset)
     if _dist_env()[0] == 0:
         click.echo(f"{out}/model.safetensors: {m['parameters']} parameters, {m['steps']} steps "

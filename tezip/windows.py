@@ -16,3 +16,34 @@ def window_length(requested: int, frame_values: int) -> int:
 def fixed_windows(n_frames: int, length: int) -> list[tuple[int, int]]:
     """[t0, t1) ranges of ``length`` frames (the last one may be shorter)."""
     return [(t0, min(n_frames, t0 + length)) for t0 in range(0, max(0, n_frames), length)]
+
+
+def dynamic_windows(stack: object, max_length: int, threshold: float, scale: float,
+                    chunk: int = 64) -> list[tuple[int, int]]:
+    """DWP: [t0, t1) ranges of at most ``max_length`` frames; a new window (keyframe) starts
+    at frame t when the forecast error of frame t, measured as the mean absolute change
+    from frame t-1 over the values finite in both, exceeds ``threshold * scale`` (scale:
+    the value range). A scene cut, a beam dump or a detector reset thus starts a window
+    instead of costing a badly predicted frame. Reads the stack once, ``chunk`` frames at
+    a time (``stack.read(t0, t1)``, ``stack.shape``)."""
+    import numpy as np
+
+    n = int(stack.shape[0])  # type: ignore[attr-defined]
+    limit = threshold * (scale if scale > 0 else 1.0)
+    cuts = [0]
+    prev = None
+    for c0 in range(0, n, chunk):
+        block = np.asarray(stack.read(c0, min(n, c0 + chunk)), np.float64)  # type: ignore[attr-defined]
+        for i, frame in enumerate(block):
+            t = c0 + i
+            if prev is not None:
+                d = np.abs(frame - prev)
+                d = d[np.isfinite(d)]
+                change = float(d.mean()) if d.size else 0.0
+                if change > limit or t - cuts[-1] >= max_length:
+                    cuts.append(t)
+            elif t - cuts[-1] >= max_length:
+                cuts.append(t)
+            prev = frame
+    cuts.append(n)
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]

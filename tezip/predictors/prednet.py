@@ -3,8 +3,9 @@ frames before it; the codec quantizes the difference (predict-then-quantize).
 
 Determinism. Encoder and decoder must produce the same forecast bit for bit, or the
 reconstructions differ. Three measures:
-1. The network runs in float64 with one intra-op thread, so a thread-count setting of the
-   caller does not change its arithmetic.
+1. The network runs in float64 (with as many intra-op threads as torch is set to use:
+   1 and 2 threads give the same bytes, tested), so kernel and summation-order
+   differences stay near 1e-16 relative instead of float32's 1e-7.
 2. Each forecast is snapped to a grid of 1/64 of the quantization step before use. Two
    machines whose float64 forecasts differ by ~1e-12 (other SIMD kernels, other summation
    order) snap to the same value unless a forecast lies within that distance of a grid
@@ -93,6 +94,7 @@ class PredNetPredictor:
         self.model = _MODELS[path]
         self.net = self.model.net.to(torch.float64).eval()
         self.hash = self.model.hash
+        self.channels = self.model.net.cfg.channels
         self.key = Interpolation2D()
         self.grid_fallback = GridPrevious()
         self.last_forecast_crc = 0
@@ -119,23 +121,22 @@ class PredNetPredictor:
         codes = np.zeros(y.shape, np.int64)
         parts_k, parts_c = [k0], [c0]
         self._crc = 0
-        with _single_thread():
-            run = _Runner(self.net, y.shape[1:], *self._norm(rec[0]))
-            run.push(rec[0], first=True)
-            for t in range(1, y.shape[0]):
-                p = self._snap(run.forecast(), g)
-                if self.spatial:       # the forecast error, coded by 2-D interpolation
-                    p = np.rint(p) if g.integer else p
-                    k, c, e = self.key.encode((y[t] - p)[None], g)
-                    rec[t] = p + e[0]
-                    parts_k.append(k)
-                    parts_c.append(c + Interpolation.n_contexts)
-                else:
-                    codes[t], rec[t] = g.quantize(y[t], p)
-                    parts_k.append(codes[t].ravel())
-                    parts_c.append(_frame_context(codes[t - 1]).ravel()
-                                   + (Interpolation.n_contexts - 1))
-                run.push(rec[t])
+        run = _Runner(self.net, y.shape[1:], *self._norm(rec[0]))
+        run.push(rec[0], first=True)
+        for t in range(1, y.shape[0]):
+            p = self._snap(run.forecast(), g)
+            if self.spatial:       # the forecast error, coded by 2-D interpolation
+                p = np.rint(p) if g.integer else p
+                k, c, e = self.key.encode((y[t] - p)[None], g)
+                rec[t] = p + e[0]
+                parts_k.append(k)
+                parts_c.append(c + Interpolation.n_contexts)
+            else:
+                codes[t], rec[t] = g.quantize(y[t], p)
+                parts_k.append(codes[t].ravel())
+                parts_c.append(_frame_context(codes[t - 1]).ravel()
+                               + (Interpolation.n_contexts - 1))
+            run.push(rec[t])
         self.last_forecast_crc = self._crc
         return np.concatenate(parts_k), np.concatenate(parts_c), rec
 
@@ -144,37 +145,23 @@ class PredNetPredictor:
         rec[:1] = self.key.decode((1, *shape[1:]), g, take)
         self._crc = 0
         prev_k = np.zeros(shape[1:], np.int64)
-        with _single_thread():
-            run = _Runner(self.net, shape[1:], *self._norm(rec[0]))
-            run.push(rec[0], first=True)
-            for t in range(1, shape[0]):
-                p = self._snap(run.forecast(), g)
-                if self.spatial:
-                    p = np.rint(p) if g.integer else p
-                    e = self.key.decode((1, *shape[1:]), g,
-                                        lambda c: take(c + Interpolation.n_contexts))
-                    rec[t] = p + e[0]
-                else:
-                    k = take(_frame_context(prev_k) + (Interpolation.n_contexts - 1))
-                    k = k.reshape(shape[1:])
-                    rec[t] = g.reconstruct(p, k)
-                    prev_k = k
-                run.push(rec[t])
+        run = _Runner(self.net, shape[1:], *self._norm(rec[0]))
+        run.push(rec[0], first=True)
+        for t in range(1, shape[0]):
+            p = self._snap(run.forecast(), g)
+            if self.spatial:
+                p = np.rint(p) if g.integer else p
+                e = self.key.decode((1, *shape[1:]), g,
+                                    lambda c: take(c + Interpolation.n_contexts))
+                rec[t] = p + e[0]
+            else:
+                k = take(_frame_context(prev_k) + (Interpolation.n_contexts - 1))
+                k = k.reshape(shape[1:])
+                rec[t] = g.reconstruct(p, k)
+                prev_k = k
+            run.push(rec[t])
         self.last_forecast_crc = self._crc
         return rec
-
-
-class _single_thread:
-    """Run torch with one intra-op thread (restored afterwards)."""
-
-    def __enter__(self) -> None:
-        self.n = torch.get_num_threads()
-        if self.n != 1:
-            torch.set_num_threads(1)
-
-    def __exit__(self, *exc) -> None:
-        if self.n != 1:
-            torch.set_num_threads(self.n)
 
 
 class PredNetSpatialPredictor(PredNetPredictor):
