@@ -55,10 +55,11 @@ def mpiexec() -> str:
     return found
 
 
-def run_once(files: list[str], ranks: int, bound: float, shard: float, out: Path) -> Run:
+def run_once(files: list[str], ranks: int, bound: float, shard: float, out: Path,
+             predictor: str = "classical") -> Run:
     cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "tezip", "prepare", *files,
            "--out", str(out), "--mode", "rel", "--bound", str(bound), "--shard-size",
-           str(shard), "--force", "--json"]
+           str(shard), "--predictor", predictor, "--force", "--json"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=os.environ.get("TEZIP_DATA", "/work/shared/data"))
     ap.add_argument("--bound", type=float, default=1e-3)
+    ap.add_argument("--predictor", default="classical",
+                    help="as in the published table; 'auto' adds the learned predictor")
     ap.add_argument("--ranks", default="1,2")
     ap.add_argument("--shard-size", default="128,2")
     ap.add_argument("--repeat", type=int, default=3)
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(a.repeat):      # interleaved, so a busy spell hits every config
             for shard, n in configs:
-                r = run_once(files, n, a.bound, shard, Path(tmp) / f"ds{n}")
+                r = run_once(files, n, a.bound, shard, Path(tmp) / f"ds{n}", a.predictor)
                 trials[(shard, n)].append(r)
                 print(f"  {n} rank(s), shard {shard:g} MB: {r.seconds:.2f} s", file=sys.stderr)
     runs = [min(trials[c], key=lambda r: r.seconds) for c in configs]

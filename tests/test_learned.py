@@ -171,3 +171,23 @@ def test_two_process_ddp_training_agrees_on_weights(tmp_path):
     assert log["world_size"] == 2
     assert log["ranks_agree"] is True and len(log["rank_weight_crcs"]) == 2
     load_model(tmp_path / "m" / "model.safetensors")
+
+
+def test_fine_tuning_starts_from_the_given_model(models, tmp_path):
+    data = smooth_stack((24, 32, 32), "float32", seed=3)
+    np.save(tmp_path / "mine.npy", data)
+    base = load_model(models[0])
+    cfg = TrainConfig(hidden=(9,), steps=4, batch=2, clip=4, crop=16, val_every=2,
+                      init=str(models[0]))
+    log = train([str(tmp_path / "mine.npy")], tmp_path / "ft", cfg, progress=False)
+    tuned = load_model(tmp_path / "ft" / "model.safetensors")
+    assert tuned.net.cfg == base.net.cfg          # the architecture comes from --init
+    assert tuned.hash != base.hash and log["model_hash"] == tuned.hash
+
+
+def test_train_command_reports_bad_options_in_one_line(tmp_path):
+    np.save(tmp_path / "d.npy", smooth_stack((12, 16, 16), "float32"))
+    p = subprocess.run([sys.executable, "-m", "tezip", "train", str(tmp_path / "d.npy"),
+                        "--out", str(tmp_path / "m"), "--kernel", "4"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "--kernel odd" in p.stderr
