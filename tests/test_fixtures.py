@@ -1,0 +1,32 @@
+"""Format compatibility: every .tez fixture of every format version decodes to the array
+stored beside it, bit for bit. A change that breaks one must bump FORMAT_VERSION and keep
+the old reader (tests/fixtures/make_fixtures.py writes the fixtures of a new version)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tezip
+from tezip.container import FORMAT_VERSION
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("v*/*.tez"))
+
+
+def test_fixtures_exist_for_the_current_version():
+    assert any(p.parent.name == f"v{FORMAT_VERSION}" for p in FIXTURES)
+    assert len({p.stem for p in FIXTURES}) >= 10
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_fixture_decodes_bit_for_bit(path):
+    want = np.load(path.with_suffix(".npy"))
+    with tezip.open(path) as f:
+        assert f.header["format_version"] == int(path.parent.name[1:])
+        got = f.read_all()
+        part = f[1:3]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+    assert part.tobytes() == want[1:3].tobytes()
