@@ -20,6 +20,7 @@ import numpy as np
 from . import __version__, io, make_bound, predictors
 from .codec import DEFAULT_WINDOW, Options, TezFile, compress_stack
 from .errors import InputError, OptionError, OutputExistsError, TezipError
+from .io import hdf5_tree
 from .metrics import compare_stacks
 
 
@@ -90,14 +91,21 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--format", "fmt", type=click.Choice(["npy", "hdf5", "tiff", "folder"]),
               help="input format (default: from the extension)")
 @click.option("--model", type=click.Path(path_type=Path), help=_MODEL_HELP)
+@click.option("--data-only", is_flag=True,
+              help="HDF5 input: keep only the dataset and its attributes, not the rest of the "
+                   "file (other groups, datasets, attributes, links)")
 @click.option("--force", is_flag=True, help="overwrite OUTPUT if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def compress(input: Path, output: Path, mode: str | None, bound: float | None,
              rel_bound: float | None, predictor: str, window: int, threshold: float | None,
-             dataset: str | None, fmt: str | None, model: Path | None, force: bool,
-             as_json: bool) -> None:
+             dataset: str | None, fmt: str | None, model: Path | None, data_only: bool,
+             force: bool, as_json: bool) -> None:
     """Compress INPUT (.npy, HDF5, multi-page TIFF, or a folder of PNG/TIFF frames) into
-    OUTPUT.tez."""
+    OUTPUT.tez.
+
+    From an HDF5 / NeXus file, the .tez also keeps the rest of the file (groups, other
+    datasets, attributes, links) unless --data-only; decompressing to .h5 then gives back
+    an equivalent file with the stack in place."""
     if mode is None:
         mode = "rel" if bound is not None else "lossless"
     if mode == "absrel" and rel_bound is None:
@@ -108,7 +116,7 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
                    model=None if model is None else str(model), threshold=threshold)
     if output.exists() and not force:
         raise OutputExistsError(f"{output} exists; pass --force to overwrite it")
-    with io.open_input(input, dataset=dataset, format=fmt) as stack, \
+    with io.open_input(input, dataset=dataset, format=fmt, keep_file=not data_only) as stack, \
             _bar(stack.shape[0], "compress") as bar:
         t = time.perf_counter()
         stats = compress_stack(stack, output, opts, force=force, progress=bar.update)
@@ -170,7 +178,7 @@ def info(file: Path, as_json: bool) -> None:
                "window": f.window, "windows": f.n_windows, "window_predictors": used,
                "raw_bytes": raw, "compressed_bytes": f.compressed_bytes,
                "ratio": raw / f.compressed_bytes, "value_range": h.get("value_range"),
-               "metadata": f.metadata}
+               "metadata": _public_metadata(f.metadata)}
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -187,7 +195,18 @@ def info(file: Path, as_json: bool) -> None:
     ]
     if f.metadata.get("source"):
         lines.append(f"source     {f.metadata['source']}")
+    tree = out["metadata"].get(hdf5_tree.KEY)
+    if tree:
+        lines.append(f"hdf5 file  rest of the file kept ({_mb(tree['skeleton_bytes'])}); "
+                     f"stack at {tree.get('path')}")
     click.echo("\n".join(lines))
+
+
+def _public_metadata(meta: dict) -> dict:
+    """Metadata as shown to a user: the HDF5 file skeleton summarized, not dumped."""
+    if hdf5_tree.KEY not in meta:
+        return meta
+    return {**meta, hdf5_tree.KEY: hdf5_tree.summary(meta[hdf5_tree.KEY])}
 
 
 @cli.command()

@@ -97,10 +97,16 @@ def _sniff(path: str) -> str | None:
 
 
 def open_input(
-    path: str | os.PathLike[str], *, dataset: str | None = None, format: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    dataset: str | None = None,
+    format: str | None = None,
+    keep_file: bool = False,
 ) -> Stack:
     """Open a stack of frames for reading. Raises InputError or UnsupportedError with a
-    message for the user when the file is missing, unreadable or not a stack tezip handles."""
+    message for the user when the file is missing, unreadable or not a stack tezip handles.
+    ``keep_file``: an HDF5 input's metadata also records the rest of the file (groups,
+    other datasets, attributes, links) so that an HDF5 output restores an equivalent file."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise InputError(f"no such file or directory: {path}")
@@ -114,7 +120,7 @@ def open_input(
     if fmt == "hdf5":
         from tezip.io.hdf5 import Hdf5Stack
 
-        return Hdf5Stack(path, dataset)
+        return Hdf5Stack(path, dataset, keep_file=keep_file)
     if fmt == "tiff":
         from tezip.io.tiff import TiffStack
 

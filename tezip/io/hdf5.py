@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -81,8 +82,16 @@ def _listing(found: list[tuple[str, tuple[int, ...], str]]) -> str:
     return ", ".join(items)
 
 
+_SLAB_LIMIT = 256 << 20   # bytes of decoded chunks kept between reads
+
+
 class Hdf5Stack(Stack):
-    def __init__(self, path: str, dataset: str | None) -> None:
+    """A 3-D or 4-D dataset, read in slabs of frames. A dataset chunked along time by more
+    than one frame is read one row of chunks at a time (each chunk is decompressed once,
+    however the codec's windows fall), if that row fits in 256 MB. With ``keep_file`` the
+    metadata also carries the rest of the file (see ``hdf5_tree``)."""
+
+    def __init__(self, path: str, dataset: str | None, keep_file: bool = False) -> None:
         import h5py
 
         name = display_name(path)
@@ -98,6 +107,14 @@ class Hdf5Stack(Stack):
                 make_metadata(path, "hdf5", self._ds.name, _read_attrs(self._ds)),
                 label=f"dataset {self._ds.name} in {name}",
             )
+            if keep_file:
+                from tezip.io import hdf5_tree
+
+                self.metadata[hdf5_tree.KEY] = hdf5_tree.capture(self._file, self._ds)
+            self._slab: tuple[int, int, np.ndarray] | None = None
+            chunks = self._ds.chunks
+            row = math.prod(self.shape[1:]) * self.dtype.itemsize * (chunks[0] if chunks else 1)
+            self._chunk_t = chunks[0] if chunks and chunks[0] > 1 and row <= _SLAB_LIMIT else 1
         except BaseException:
             self._file.close()
             raise
@@ -131,6 +148,23 @@ class Hdf5Stack(Stack):
         )
 
     def _read(self, t0: int, t1: int) -> np.ndarray:
+        c = self._chunk_t
+        if c == 1:
+            return self._slice(t0, t1)
+        slab = self._slab
+        if slab is not None and slab[0] <= t0 and t1 <= slab[1]:
+            return slab[2][t0 - slab[0]:t1 - slab[0]]
+        # read whole rows of chunks; keep what is already decoded of a row we stand in
+        start, end = t0 // c * c, min(self.shape[0], -(-t1 // c) * c)
+        kept = []
+        if slab is not None and slab[0] <= t0 < slab[1]:
+            kept, start = [slab[2][t0 - slab[0]:]], slab[1]
+        data = np.concatenate([*kept, self._slice(start, end)]) if kept else \
+            self._slice(start, end)
+        self._slab = (t0 if kept else start, end, data)
+        return data[t0 - self._slab[0]:t1 - self._slab[0]]
+
+    def _slice(self, t0: int, t1: int) -> np.ndarray:
         try:
             return self._ds[t0:t1]
         except OSError as exc:
@@ -152,7 +186,15 @@ class Hdf5Writer(StackWriter):
     def _create(self) -> None:
         import h5py
 
+        from tezip.io import hdf5_tree
+
         path = self._dataset or self.metadata.get("dataset") or DEFAULT_DATASET
+        tree = self.metadata.get(hdf5_tree.KEY)
+        if isinstance(tree, dict) and self._dataset in (None, tree.get("path")):
+            # the original file's other groups, datasets and attributes, and the stack's
+            # own creation properties and attributes; only the frames are missing
+            self._file, self._ds = hdf5_tree.restore(tree, self.temp, self.shape)
+            return
         self._file = h5py.File(self.temp, "w-")
         try:
             ds = self._file.create_dataset(

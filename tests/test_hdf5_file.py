@@ -1,0 +1,185 @@
+"""HDF5 / NeXus files: compressing a dataset keeps the rest of the file, and decompressing
+to .h5 restores an equivalent file (groups, other datasets, attributes with their types,
+soft, external and hard links, the stack's chunking, filters and attributes). Chunked
+datasets are read one row of chunks at a time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+import tezip
+from tezip.io import hdf5_tree, open_input
+
+STACK = "/entry/instrument/detector/data"
+
+
+def nexus_file(path, stack: np.ndarray, chunks=(1, 24, 20), compression="gzip") -> None:
+    with h5py.File(path, "w") as f:
+        f.attrs["NX_class"] = "NXroot"
+        f.attrs["file_name"] = str(path)
+        f.attrs.create("creator_version", np.array([1, 4, 2], np.int16))
+        entry = f.create_group("entry")
+        entry.attrs["NX_class"] = "NXentry"
+        entry.attrs["default"] = "data"
+        entry.create_dataset("title", data="speckle run 42", dtype=h5py.string_dtype())
+        entry.create_dataset("start_time", data=b"2026-11-23T12:00:00")
+        det = entry.create_group("instrument/detector")
+        det.attrs["NX_class"] = "NXdetector"
+        d = det.create_dataset("data", data=stack, chunks=chunks, compression=compression,
+                               fillvalue=stack.dtype.type(7))
+        d.attrs["units"] = "counts"
+        d.attrs.create("axes", ["frame", "y", "x"], dtype=h5py.string_dtype())
+        d.attrs["interpretation"] = np.bytes_(b"image")
+        det.create_dataset("x_pixel_size", data=75e-6).attrs["units"] = "m"
+        det.create_dataset("dark", data=np.arange(24 * 20, dtype=np.uint16).reshape(24, 20),
+                           compression="lzf")
+        sample = entry.create_group("sample")
+        sample.create_dataset("temperature", data=np.linspace(290, 300, stack.shape[0]))
+        plot = entry.create_group("data")
+        plot.attrs["NX_class"] = "NXdata"
+        plot.attrs["signal"] = "data"
+        plot["data"] = d                                          # hard link: same object
+        plot["soft"] = h5py.SoftLink(STACK)
+        entry["calibration"] = h5py.ExternalLink("calib.h5", "/geometry")
+        entry["shared"] = sample                                  # a group with two names
+
+
+def walk(path) -> dict:
+    """Everything in a file that a user could tell apart, the stack's values aside."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        def attrs(o):
+            return {k: (repr(o.attrs[k]), str(o.attrs.get_id(k).dtype)) for k in o.attrs}
+
+        out["/"] = ("root", attrs(f))
+
+        def visit(name, _obj=None):
+            link = f.get(name, getlink=True)
+            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+                out[name] = (type(link).__name__, getattr(link, "filename", None), link.path)
+                return
+            obj = f[name]
+            if isinstance(obj, h5py.Group):
+                out[name] = ("group", attrs(obj))
+                for k in obj:
+                    visit(f"{name}/{k}")
+            else:
+                val = None if obj.name == STACK or name.endswith("data/data") else \
+                    repr(obj[()])
+                out[name] = ("dataset", obj.shape, str(obj.dtype), obj.chunks, obj.compression,
+                             obj.fillvalue.item() if hasattr(obj.fillvalue, "item") else
+                             obj.fillvalue, attrs(obj), val)
+
+        for k in f:
+            visit(k)
+    return out
+
+
+def stack_u16(t=20, h=24, w=20) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    yy, xx = np.mgrid[0:h, 0:w]
+    base = np.stack([1000 + 300 * np.sin(xx / 4 + i / 5) * np.cos(yy / 5) for i in range(t)])
+    return (base + rng.integers(0, 30, base.shape)).astype(np.uint16)
+
+
+def tezip_cli(*args, ok=True):
+    p = subprocess.run([sys.executable, "-m", "tezip", *map(str, args)], capture_output=True,
+                       text=True, timeout=120)
+    if ok:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+@pytest.mark.parametrize("mode", ["lossless", "abs"])
+def test_nexus_file_comes_back_equivalent(tmp_path, mode):
+    data = stack_u16()
+    src, tez, back = tmp_path / "run.nxs", tmp_path / "run.tez", tmp_path / "back.h5"
+    nexus_file(src, data)
+    bound = ["--mode", "lossless"] if mode == "lossless" else ["--mode", "abs", "--bound", "3"]
+    tezip_cli("compress", src, tez, "--dataset", "/entry/data/data", *bound,
+              "--predictor", "classical")
+    tezip_cli("decompress", tez, back)
+    assert walk(back) == walk(src)
+    with h5py.File(src, "r") as a, h5py.File(back, "r") as b:
+        got = b[STACK][()]
+        assert b["/entry/data/data"] == b[STACK]                  # still one object
+        assert b["/entry/shared"] == b["/entry/sample"]
+        assert np.array_equal(b["/entry/data/soft"][()], got)
+        if mode == "lossless":
+            assert np.array_equal(got, a[STACK][()])
+        else:
+            err = np.abs(got.astype(np.int64) - a[STACK][()].astype(np.int64)).max()
+            assert 0 < err <= 3
+    info = tezip_cli("info", tez, "--json").stdout
+    assert '"skeleton"' not in info and '"skeleton_bytes"' in info
+    assert "hdf5 file" in tezip_cli("info", tez).stdout
+
+
+def test_data_only_keeps_just_the_dataset(tmp_path):
+    src, tez, back = tmp_path / "run.h5", tmp_path / "run.tez", tmp_path / "back.h5"
+    nexus_file(src, stack_u16())
+    tezip_cli("compress", src, tez, "--dataset", STACK, "--data-only", "--mode", "lossless")
+    tezip_cli("decompress", tez, back)
+    with h5py.File(back, "r") as b:
+        assert list(b.keys()) == ["entry"] and list(b["entry"].keys()) == ["instrument"]
+        assert b[STACK].attrs["units"] == "counts"
+
+
+def test_a_dataset_output_path_writes_only_the_stack(tmp_path):
+    src, tez, back = tmp_path / "run.h5", tmp_path / "run.tez", tmp_path / "back.h5"
+    nexus_file(src, stack_u16())
+    tezip_cli("compress", src, tez, "--dataset", STACK, "--mode", "lossless")
+    tezip_cli("decompress", tez, back, "--dataset", "/frames")
+    with h5py.File(back, "r") as b:
+        assert list(b.keys()) == ["frames"]
+
+
+def test_python_api_keeps_no_skeleton_unless_asked(tmp_path):
+    src = tmp_path / "run.h5"
+    nexus_file(src, stack_u16())
+    with open_input(src, dataset=STACK) as s:
+        assert hdf5_tree.KEY not in s.metadata
+    with open_input(src, dataset=STACK, keep_file=True) as s:
+        rec = s.metadata[hdf5_tree.KEY]
+        assert rec["path"] == "/entry/data/data" or rec["path"] == STACK
+        assert len(rec["aliases"]) == 1 and rec["skipped_attrs"] == []
+
+
+def test_too_large_rest_of_file_is_refused_with_advice(tmp_path, monkeypatch):
+    src = tmp_path / "run.h5"
+    nexus_file(src, stack_u16())
+    with h5py.File(src, "a") as f:
+        f.create_dataset("/entry/noise", data=np.random.default_rng(0).random(40_000))
+    monkeypatch.setattr(hdf5_tree, "SKELETON_LIMIT", 100_000)
+    with pytest.raises(tezip.OptionError, match="--data-only"):
+        open_input(src, dataset=STACK, keep_file=True)
+
+
+def test_chunked_dataset_is_read_one_row_of_chunks_at_a_time(tmp_path):
+    data = stack_u16(t=37)
+    src = tmp_path / "c.h5"
+    nexus_file(src, data, chunks=(8, 12, 10))
+    reads = []
+    with open_input(src, dataset=STACK) as s:
+        real = s._slice
+
+        def counted(t0, t1):
+            reads.append((t0, t1))
+            return real(t0, t1)
+
+        s._slice = counted
+        got = np.concatenate([s.read(t0, min(37, t0 + 5)) for t0 in range(0, 37, 5)])
+        assert np.array_equal(got, data)
+        assert s.read(3, 30).tobytes() == data[3:30].tobytes()
+    # 5-frame reads over 8-frame chunks: each row of chunks decoded once in the first pass
+    first_pass = reads[:5]
+    assert [r[1] for r in first_pass] == [8, 16, 24, 32, 37]
+    covered = np.zeros(37, int)
+    for a, b in first_pass:
+        covered[a:b] += 1
+    assert covered.max() == 1 and covered.min() == 1

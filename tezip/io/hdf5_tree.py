@@ -1,0 +1,151 @@
+"""The rest of an HDF5 / NeXus file: every group, dataset, attribute and link except the
+stack being compressed, so that decompressing a .tez to .h5 gives back an equivalent file.
+
+``capture`` copies the file into a small in-memory HDF5 *skeleton*: other datasets are
+copied whole (HDF5's object copy: data, attributes, chunking and filters), soft and
+external links stay links, objects reachable under several names stay one object, and the
+stack itself becomes a placeholder dataset with its real shape, dtype, chunking,
+compression, fill value and attributes but no data (HDF5 allocates storage late, so the
+placeholder costs a few hundred bytes). The skeleton travels zstd-compressed in the .tez
+header; ``restore`` writes it to the output's temporary name and returns the placeholder,
+into which the decoder writes the frames.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import zstandard
+
+from tezip.errors import CorruptFileError, OptionError, OutputError
+
+KEY = "hdf5_file"                 # the metadata key the record lives under
+SKELETON_LIMIT = 8 << 20          # compressed bytes; the .tez header holds at most 16 MB
+_KEPT_FILTERS = ("gzip", "lzf")   # always available to h5py for writing
+
+
+def _copy_attrs(src: Any, dst: Any) -> list[str]:
+    """Copy attributes with their HDF5 types; returns the names that could not be copied
+    (object references, which point into the source file, and exotic types)."""
+    skipped = []
+    for name in src.attrs:
+        try:
+            aid = src.attrs.get_id(name)
+            dst.attrs.create(name, src.attrs[name], dtype=aid.dtype)
+        except (TypeError, ValueError, OSError, KeyError):
+            skipped.append(f"{src.name}@{name}")
+    return skipped
+
+
+def _placeholder(ds: Any, dst: Any, path: str) -> None:
+    kw: dict[str, Any] = {"shape": ds.shape, "dtype": ds.dtype, "chunks": ds.chunks}
+    if ds.chunks is not None:
+        kw["maxshape"] = ds.maxshape
+        if ds.compression in _KEPT_FILTERS:
+            kw["compression"] = ds.compression
+            kw["compression_opts"] = ds.compression_opts
+        kw["shuffle"] = bool(ds.shuffle)
+        kw["fletcher32"] = bool(ds.fletcher32)
+    if ds.fillvalue is not None:
+        kw["fillvalue"] = ds.fillvalue
+    dst.create_dataset(path, **kw)
+
+
+class _Copier:
+    def __init__(self, src: Any, dst: Any, target: Any) -> None:
+        import h5py
+
+        self.h5py = h5py
+        self.dst = dst
+        self.target = target
+        self.aliases: list[str] = []        # every hard-link path of the stack
+        self.seen: dict[Any, str] = {}      # object -> its first path in dst (hard links)
+        self.skipped: list[str] = _copy_attrs(src, dst)
+        self.seen[src.id] = "/"
+        self.walk(src, dst)
+
+    def walk(self, src: Any, dst: Any) -> None:
+        h5py = self.h5py
+        for name in src:
+            path = f"{dst.name.rstrip('/')}/{name}"
+            link = src.get(name, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                dst[name] = h5py.SoftLink(link.path)
+                continue
+            if isinstance(link, h5py.ExternalLink):
+                dst[name] = h5py.ExternalLink(link.filename, link.path)
+                continue
+            obj = src[name]
+            if isinstance(obj, h5py.Dataset) and obj == self.target:
+                self.aliases.append(path)
+                continue
+            if obj.id in self.seen:                     # a second name of one object
+                if self.seen[obj.id] in self.dst:
+                    dst[name] = self.dst[self.seen[obj.id]]
+                continue
+            self.seen[obj.id] = path
+            if isinstance(obj, h5py.Group):
+                sub = dst.create_group(name)
+                self.skipped += _copy_attrs(obj, sub)
+                self.walk(obj, sub)
+            else:                                       # datasets and named datatypes
+                src.copy(obj, dst, name=name)
+
+
+def capture(file: Any, ds: Any) -> dict[str, Any]:
+    """The record of everything in ``file`` but the dataset ``ds`` (both open h5py objects).
+    Raises OptionError if the rest of the file is too large to carry in a .tez header."""
+    import h5py
+
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as dst:
+        c = _Copier(file, dst, ds)
+        aliases = c.aliases or [ds.name]
+        _placeholder(ds, dst, aliases[0])
+        c.skipped += _copy_attrs(ds, dst[aliases[0]])
+        for extra in aliases[1:]:
+            dst[extra] = dst[aliases[0]]
+    raw = buf.getvalue()
+    packed = zstandard.ZstdCompressor(level=19).compress(raw)
+    if len(packed) > SKELETON_LIMIT:
+        raise OptionError(
+            f"the rest of the HDF5 file (other datasets, groups, attributes) takes "
+            f"{len(packed) / 1e6:.1f} MB compressed, more than the {SKELETON_LIMIT >> 20} MiB a "
+            f".tez header carries; pass --data-only to store just the dataset and its attributes")
+    filters = [] if ds.compression in (None, *_KEPT_FILTERS) else [str(ds.compression)]
+    return {"path": aliases[0], "aliases": aliases[1:], "size": len(raw),
+            "skeleton": base64.b64encode(packed).decode("ascii"),
+            "skipped_attrs": c.skipped, "dropped_filters": filters}
+
+
+def summary(record: Any) -> dict[str, Any]:
+    """The record without its skeleton bytes, for ``tezip info``."""
+    if not isinstance(record, dict):
+        return {}
+    return {k: v for k, v in record.items() if k != "skeleton"} | {
+        "skeleton_bytes": len(record.get("skeleton", "")) * 3 // 4}
+
+
+def restore(record: Any, temp: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """Write the skeleton to ``temp`` and open it; returns (file, placeholder dataset)."""
+    import h5py
+
+    try:
+        packed = base64.b64decode(record["skeleton"], validate=True)
+        raw = zstandard.ZstdDecompressor().decompress(packed, max_output_size=int(record["size"]))
+        path = str(record["path"])
+    except (KeyError, TypeError, ValueError, zstandard.ZstdError):
+        raise CorruptFileError("the recorded HDF5 file structure is damaged") from None
+    try:
+        with open(temp, "xb") as f:
+            f.write(raw)
+        file = h5py.File(temp, "r+")
+    except OSError as exc:
+        raise OutputError(f"cannot write {temp}: {exc}") from exc
+    ds = file.get(path)
+    if not isinstance(ds, h5py.Dataset) or tuple(ds.shape) != tuple(shape):
+        file.close()
+        raise CorruptFileError("the recorded HDF5 file structure does not match the stack")
+    return file, ds
