@@ -1,0 +1,154 @@
+"""Every error a user can cause on the command line ends as exactly one line on stderr,
+``tezip: error: ...`` naming what is wrong, with exit code 1 (bad input, damaged file,
+refused option) or 2 (bad usage), no traceback and no output file left behind.
+
+Runs ``tezip.cli.main`` in-process (the console script is a thin wrapper around it);
+tests/test_cli.py runs the real executable for the most common ones."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from PIL import Image
+
+import tezip
+from tezip.cli import main
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("cli_errors")
+    rng = np.random.default_rng(0)
+    a = (rng.random((6, 8, 8)) * 100).astype(np.float32)
+    np.save(d / "a.npy", a)
+    np.save(d / "img2d.npy", a[0])
+    np.save(d / "five_d.npy", a.reshape(1, 6, 8, 8, 1)[..., None])
+    np.save(d / "i64.npy", a.astype(np.int64))
+    np.save(d / "bool.npy", a > 50)
+    (d / "trunc.npy").write_bytes((d / "a.npy").read_bytes()[:150])
+    (d / "notes.txt").write_text("not data")
+    (d / "noext").write_bytes(b"\x00\x01\x02 mystery bytes")
+    with h5py.File(d / "two.h5", "w") as f:
+        f["/a"] = a
+        f["/b"] = a
+    with h5py.File(d / "flat.h5", "w") as f:
+        f["/v"] = np.arange(10)
+    (d / "empty_dir").mkdir()
+    (d / "mixed").mkdir()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(d / "mixed" / "f_1.png")
+    Image.fromarray(np.zeros((9, 8), np.uint8)).save(d / "mixed" / "f_2.png")
+    blob = tezip.compress(a, mode="abs", bound=0.5, predictor="classical")
+    (d / "a.tez").write_bytes(blob)
+    damaged = bytearray(blob)
+    damaged[len(blob) // 2] ^= 0x10
+    (d / "damaged.tez").write_bytes(bytes(damaged))
+    (d / "short.tez").write_bytes(blob[: len(blob) // 3])
+    newer = bytearray(blob)
+    struct.pack_into("<H", newer, 8, 999)          # a future version, header CRC resealed
+    end = 14 + struct.unpack_from("<I", newer, 10)[0]
+    struct.pack_into("<I", newer, end, zlib.crc32(newer[:end]))
+    (d / "newer.tez").write_bytes(bytes(newer))
+    (d / "dataset_dir").mkdir()
+    (d / "model.safetensors").write_bytes(b"this is not a safetensors file")
+    return d
+
+
+# (arguments; exit code; words the one line must contain). {d} is the fixture directory,
+# {o} a fresh output path that must not exist afterwards.
+CASES = [
+    # compress: options
+    ("compress {d}/a.npy {o}.tez --mode absrel --bound 1", 1, ["--rel-bound"]),
+    ("compress {d}/a.npy {o}.tez --mode rel --bound 1e-3 --rel-bound 1e-3", 1, ["absrel"]),
+    ("compress {d}/a.npy {o}.tez --mode lossless --bound 1", 1, ["lossless", "no bound"]),
+    ("compress {d}/a.npy {o}.tez --mode abs", 1, ["needs a bound"]),
+    ("compress {d}/a.npy {o}.tez --mode abs --bound 0", 1, ["positive"]),
+    ("compress {d}/a.npy {o}.tez --mode abs --bound -1", 1, ["positive"]),
+    ("compress {d}/a.npy {o}.tez --mode abs --bound nan", 1, ["bound"]),
+    ("compress {d}/a.npy {o}.tez --mode abs --bound inf", 1, ["bound"]),
+    ("compress {d}/a.npy {o}.tez --mode pwrel --bound 1.5", 1, ["point-wise", "below 1"]),
+    ("compress {d}/a.npy {o}.tez --mode bogus", 2, ["bogus"]),
+    ("compress {d}/a.npy {o}.tez --bound abc", 2, ["abc"]),
+    ("compress {d}/a.npy {o}.tez --bound 1 --predictor magic", 1, ["magic", "auto"]),
+    ("compress {d}/a.npy {o}.tez --bound 1 --window 0", 1, ["window"]),
+    ("compress {d}/a.npy {o}.tez --bound 1 --threshold -1", 1, ["threshold"]),
+    ("compress {d}/a.npy {o}.tez --bound 1 --format png", 2, ["png"]),
+    ("compress {d}/a.npy {o}.tez --bound 1 --dataset /x", 1, ["--dataset", "HDF5"]),
+    ("compress {d}/a.npy {o}.tez --bound 1 --predictor prednet --model {d}/missing.st", 1,
+     ["missing.st"]),
+    ("compress {d}/a.npy {o}.tez --bound 1 --predictor prednet --model {d}/model.safetensors",
+     1, ["model.safetensors"]),
+    ("compress {d}/a.npy", 2, ["OUTPUT"]),
+    # compress: inputs
+    ("compress {d}/missing.npy {o}.tez --bound 1", 1, ["missing.npy"]),
+    ("compress {d}/img2d.npy {o}.tez --bound 1", 1, ["single image"]),
+    ("compress {d}/five_d.npy {o}.tez --bound 1", 1, ["dimensions"]),
+    ("compress {d}/i64.npy {o}.tez --bound 1", 1, ["int64", "supported"]),
+    ("compress {d}/bool.npy {o}.tez --bound 1", 1, ["bool"]),
+    ("compress {d}/trunc.npy {o}.tez --bound 1", 1, ["trunc.npy"]),
+    ("compress {d}/notes.txt {o}.tez --bound 1", 1, ["notes.txt"]),
+    ("compress {d}/noext {o}.tez --bound 1", 1, ["noext", "--format"]),
+    ("compress {d}/two.h5 {o}.tez --bound 1", 1, ["--dataset", "/a", "/b"]),
+    ("compress {d}/flat.h5 {o}.tez --bound 1", 1, ["3-D", "/v"]),
+    ("compress {d}/two.h5 {o}.tez --bound 1 --dataset /nope", 1, ["/nope", "/a"]),
+    ("compress {d}/empty_dir {o}.tez --bound 1", 1, ["empty_dir"]),
+    ("compress {d}/mixed {o}.tez --bound 1", 1, ["f_2.png"]),
+    ("compress {d}/a.npy {d}/no_such_dir/o.tez --bound 1", 1, ["no_such_dir"]),
+    ("compress {d}/a.npy {d}/a.tez --bound 1", 1, ["exists", "--force"]),
+    # decompress
+    ("decompress {d}/missing.tez {o}.npy", 1, ["missing.tez"]),
+    ("decompress {d}/notes.txt {o}.npy", 1, ["not a .tez file"]),
+    ("decompress {d}/damaged.tez {o}.npy", 1, ["damaged"]),
+    ("decompress {d}/short.tez {o}.npy", 1, ["truncated"]),
+    ("decompress {d}/newer.tez {o}.npy", 1, ["version 999"]),
+    ("decompress {d}/a.tez {o}.xyz", 1, ["--format"]),
+    ("decompress {d}/a.tez {o}.npy --dataset /x", 1, ["--dataset", "HDF5"]),
+    ("decompress {d}/a.tez {d}/no_such_dir/o.npy", 1, ["no_such_dir"]),
+    ("decompress {d}/a.tez {d}/a.npy", 1, ["exists", "--force"]),
+    ("decompress {d}/a.tez", 2, ["OUTPUT"]),
+    # info
+    ("info {d}/missing.tez", 1, ["missing.tez"]),
+    ("info {d}/notes.txt", 1, ["not a .tez file"]),
+    ("info {d}/short.tez", 1, ["truncated"]),
+    ("info {d}/newer.tez", 1, ["version 999"]),
+    # verify
+    ("verify {d}/img2d.npy {d}/a.tez", 1, ["single image"]),
+    ("verify {d}/i64.npy {d}/a.tez", 1, ["int64"]),
+    ("verify {d}/two.h5 {d}/a.tez --dataset /a --no-ssim --format npy", 1, ["--dataset"]),
+    ("verify {d}/a.npy {d}/damaged.tez", 1, ["damaged"]),
+    ("verify {d}/a.npy {d}/missing.tez", 1, ["missing.tez"]),
+    ("verify {d}/dataset_dir", 1, ["manifest.json"]),
+    ("verify {d}/nothing_here", 2, ["verify"]),
+    # prepare
+    ("prepare {d}/nothing*.npy --out {o} --bound 1e-3", 1, ["nothing*.npy"]),
+    ("prepare {d}/a.npy --out {o} --mode abs --bound -1", 1, ["positive"]),
+    ("prepare {d}/a.npy --out {o} --bound 1e-3 --shard-size 0", 1, ["shard"]),
+    ("prepare {d}/a.npy", 2, ["--out"]),
+    # bench
+    ("bench {d}/missing.npy", 1, ["missing.npy"]),
+    # general
+    ("frobnicate", 2, ["frobnicate"]),
+    ("compress --no-such-option", 2, ["--no-such-option"]),
+]
+
+
+@pytest.mark.parametrize("args,code,words", CASES, ids=[c[0].split(" {o}")[0] for c in CASES])
+def test_error_is_one_line_with_exit_code(files, tmp_path, capsys, args, code, words):
+    out = tmp_path / "out"
+    argv = args.format(d=files, o=out).split()
+    before = sorted(p.name for p in files.iterdir())
+    rc = main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert rc == code, (rc, err)
+    assert len(lines) == 1, err
+    assert lines[0].startswith("tezip: error: "), lines[0]
+    assert "Traceback" not in err and "internal error" not in err
+    for w in words:
+        assert w.format(d=files) in lines[0], (w, lines[0])
+    assert not list(tmp_path.iterdir()), "an output was left behind"
+    assert sorted(p.name for p in files.iterdir()) == before
