@@ -130,6 +130,8 @@ CASES = [
     ("prepare {d}/a.npy", 2, ["--out"]),
     # bench
     ("bench {d}/missing.npy", 1, ["missing.npy"]),
+    ("bench {d}/a.npy --bounds 1e-3,abc", 2, ["abc"]),
+    ("bench {d}/a.npy --codecs nosuchcodec", 2, ["nosuchcodec"]),
     # general
     ("frobnicate", 2, ["frobnicate"]),
     ("compress --no-such-option", 2, ["--no-such-option"]),

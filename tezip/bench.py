@@ -4,30 +4,44 @@ For every data set (a ``.npy`` file, loaded whole) and every bound, measured in 
 process in one run:
 
 - lossy bounds (a fraction of the value range ``max - min`` over the finite values):
-  tezip (one row per predictor), SZ3 3-D (``pysz``, absolute bound) and ZFP 3-D
-  (``zfpy``, fixed-accuracy mode);
-- ``None`` = lossless: tezip, zstd level 3 and level 19 on the raw bytes.
+  tezip (one row per predictor), SZ3 3-D (``pysz``, absolute bound), ZFP 3-D (``zfpy``,
+  fixed-accuracy mode) and SPERR 3-D (``imagecodecs``, point-wise error mode);
+- ``None`` = lossless: tezip, zstd level 3 and level 19 on the raw bytes, blosc2 (zstd
+  level 5 after byte shuffle and after bit shuffle, one thread), JPEG-XL and JPEG-LS
+  lossless frame by frame (``imagecodecs``; unsigned 8/16-bit data only), FFV1 and x265
+  lossless through ``ffmpeg`` when it is on the PATH (unsigned 8/16-bit only; x265 takes at
+  most 12 bits).
 
 Each row holds the compression ratio (raw bytes / compressed bytes), encode and decode
 speed in MB/s (1 MB = 1e6 bytes of raw input; wall time of the best of ``repeat`` runs),
-the maximum absolute error, the absolute bound it must stay within and whether it did.
+the maximum absolute error, the absolute bound it must stay within and whether it did
+(lossless rows: whether the output is bit-exact), and for lossy rows the PSNR in dB with
+the value range as peak.
 
 Integer data: tezip gets the relative bound in mode ``rel`` (it uses the integer part of
-the absolute bound); SZ3 and ZFP get that floored absolute bound. SZ3 takes integers as
-int32/int64, zfpy's fixed-accuracy mode only floats, so integer data go to ZFP as floats
-and its error is checked on those converted values (the rows' notes say so).
+the absolute bound); SZ3, ZFP and SPERR get that floored absolute bound. SZ3 takes
+integers as int32/int64, zfpy's fixed-accuracy mode and SPERR only floats, so integer data
+go to ZFP and SPERR as floats (SPERR's output is rounded back to integers; ZFP's error is
+checked on the converted values; the rows' notes say so).
 
-``pysz`` and ``zfpy`` are optional: a missing one gives a row with a note, not a crash.
+Every codec except tezip and zstd is optional: a missing package or program gives a row
+whose note starts with ``skipped:``, never a crash; so does a codec that cannot take the
+data (a float stack for the integer image codecs). ``ffmpeg`` runs as a child process per
+encode and per decode, so its timings include starting it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import shutil
+import subprocess
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,8 +52,20 @@ DEFAULT_BOUNDS: tuple[float | None, ...] = (1e-2, 1e-3, 1e-4, None)
 LOSSLESS = "lossless"
 SZ3 = "SZ3 3-D"
 ZFP = "ZFP 3-D"
+SPERR = "SPERR 3-D"
 ZSTD3 = "zstd-3"
 ZSTD19 = "zstd-19"
+BLOSC2_SHUFFLE = "blosc2-zstd5-shuffle"
+BLOSC2_BITSHUFFLE = "blosc2-zstd5-bitshuffle"
+JPEGXL = "JPEG-XL"
+JPEGLS = "JPEG-LS"
+FFV1 = "FFV1"
+X265 = "x265"
+
+#: codec families ``run(codecs=...)`` can choose from (tezip is always measured)
+LOSSY_FAMILIES = ("sz3", "zfp", "sperr")
+LOSSLESS_FAMILIES = ("zstd", "blosc2", "jpegxl", "jpegls", "ffv1", "x265")
+FAMILIES = LOSSY_FAMILIES + LOSSLESS_FAMILIES
 
 Row = dict[str, Any]
 Progress = Callable[[str], None]
@@ -94,6 +120,28 @@ def max_abs_error(orig: np.ndarray, dec: np.ndarray) -> float:
     return float(err.max())
 
 
+def psnr(orig: np.ndarray, dec: np.ndarray, peak: float) -> float | None:
+    """Peak signal-to-noise ratio in dB over the values finite in both arrays, with
+    ``peak`` (the value range of the original) as the peak; inf for an exact copy, None if
+    the shapes differ or there is no range."""
+    if orig.shape != dec.shape:
+        return None
+    o = orig.astype(np.float64, copy=False)
+    d = dec.astype(np.float64, copy=False)
+    fin = np.isfinite(o) & np.isfinite(d)
+    if not fin.all():
+        o, d = o[fin], d[fin]
+    if o.size == 0:
+        return None
+    diff = o - d
+    mse = float(np.mean(diff * diff))
+    if mse == 0:
+        return math.inf
+    if not peak > 0:
+        return None
+    return 20 * math.log10(peak) - 10 * math.log10(mse)
+
+
 def bit_exact(orig: np.ndarray, dec: np.ndarray) -> bool:
     """Same shape, dtype and bytes (so NaN payloads and -0.0 count)."""
     if orig.shape != dec.shape or orig.dtype != dec.dtype:
@@ -102,30 +150,57 @@ def bit_exact(orig: np.ndarray, dec: np.ndarray) -> bool:
                                np.ascontiguousarray(dec).view(np.uint8)))
 
 
-def _row(dataset: str, bound: float | None, codec: str, a: np.ndarray, **kw: Any) -> Row:
+@dataclass
+class _Case:
+    """One data set at one bound: what every codec function gets."""
+
+    name: str
+    a: np.ndarray
+    bound: float | None      # relative bound, None = lossless
+    bound_abs: float         # what the output is checked against
+    eb: float                # the absolute bound the lossy codecs are given
+    note: str                # said on every lossy row of this case
+    repeat: int
+    vrange: tuple[float, float]
+
+    @property
+    def peak(self) -> float:
+        return self.vrange[1] - self.vrange[0]
+
+
+def _row(case: _Case, codec: str, **kw: Any) -> Row:
+    a = case.a
     row: Row = {
-        "dataset": dataset, "bound": LOSSLESS if bound is None else bound, "codec": codec,
-        "ratio": None, "enc_mbs": None, "dec_mbs": None, "max_abs_error": None,
-        "bound_abs": None, "ok": None, "note": "", "compressed_bytes": None,
-        "raw_bytes": int(a.nbytes), "dtype": a.dtype.name, "shape": list(a.shape),
+        "dataset": case.name, "bound": LOSSLESS if case.bound is None else case.bound,
+        "codec": codec, "ratio": None, "enc_mbs": None, "dec_mbs": None,
+        "max_abs_error": None, "bound_abs": case.bound_abs, "ok": None, "psnr": None,
+        "note": "", "compressed_bytes": None, "raw_bytes": int(a.nbytes),
+        "dtype": a.dtype.name, "shape": list(a.shape), "value_range": list(case.vrange),
     }
     row.update(kw)
     return row
 
 
-def _measure(row: Row, a: np.ndarray, encode: Callable[[], Any],
-             decode: Callable[[Any], np.ndarray], size: Callable[[Any], int], repeat: int,
+def _skip(case: _Case, codec: str, why: str, note: str = "") -> Row:
+    return _row(case, codec, note=_join(note, f"skipped: {why}"))
+
+
+def _measure(row: Row, case: _Case, encode: Callable[[], Any],
+             decode: Callable[[Any], np.ndarray], size: Callable[[Any], int],
              check: Callable[[np.ndarray], tuple[float, bool]]) -> Row:
-    """Fill ``row`` with ratio, speeds and the error check; a failure is recorded in the
-    row (``ok`` False, the traceback in ``error``) rather than raised."""
+    """Fill ``row`` with ratio, speeds, PSNR (lossy rows) and the error check; a failure
+    is recorded in the row (``ok`` False, the traceback in ``error``) rather than raised."""
+    a = case.a
     try:
-        t_enc, blob = _best_time(encode, repeat)
-        t_dec, dec = _best_time(lambda: decode(blob), repeat)
+        t_enc, blob = _best_time(encode, case.repeat)
+        t_dec, dec = _best_time(lambda: decode(blob), case.repeat)
         n = int(size(blob))
         err, ok = check(dec)
         row.update(ratio=a.nbytes / n if n else math.inf, compressed_bytes=n,
                    enc_mbs=_mbs(a.nbytes, t_enc), dec_mbs=_mbs(a.nbytes, t_dec),
-                   max_abs_error=err, ok=ok)
+                   max_abs_error=err, ok=bool(ok))
+        if row["bound"] != LOSSLESS:
+            row["psnr"] = psnr(a, dec, case.peak)
         if not ok:
             what = "BOUND VIOLATED" if row["bound"] != LOSSLESS else "NOT BIT-EXACT"
             if err == math.inf:
@@ -159,34 +234,31 @@ def _lossless_check(orig: np.ndarray) -> Callable[[np.ndarray], tuple[float, boo
     return check
 
 
-def _tezip_rows(name: str, a: np.ndarray, bound: float | None, bound_abs: float,
-                predictors: Sequence[str], repeat: int) -> list[Row]:
-    rows = []
+def _tezip_rows(case: _Case, predictors: Sequence[str]) -> list[Row]:
+    a, rows = case.a, []
     for pred in predictors:
         codec = "tezip" if pred == "auto" else f"tezip-{pred}"
-        row = _row(name, bound, codec, a, bound_abs=bound_abs)
-        if bound is None:
+        row = _row(case, codec)
+        if case.bound is None:
             def enc(pred: str = pred) -> bytes:
                 return tezip.compress(a, mode="lossless", bound=None, predictor=pred)
             check = _lossless_check(a)
         else:
-            def enc(pred: str = pred) -> bytes:
+            def enc(pred: str = pred, bound: float = case.bound) -> bytes:
                 return tezip.compress(a, mode="rel", bound=bound, predictor=pred)
-            check = _lossy_check(a, bound_abs)
-            if bound_abs == 0:
+            check = _lossy_check(a, case.bound_abs)
+            if case.bound_abs == 0:
                 row["note"] = "bound floors to 0 for integers: tezip codes losslessly"
-        rows.append(_measure(row, a, enc, tezip.decompress, len, repeat, check))
+        rows.append(_measure(row, case, enc, tezip.decompress, len, check))
     return rows
 
 
-def _sz3_row(name: str, a: np.ndarray, bound: float, bound_abs: float, eb: float,
-             repeat: int, note: str) -> Row:
-    row = _row(name, bound, SZ3, a, bound_abs=bound_abs, note=note)
+def _sz3_rows(case: _Case) -> list[Row]:
+    a, note = case.a, case.note
     try:
         import pysz
     except ImportError:
-        row["note"] = _join(note, "skipped: pysz (SZ3) is not installed")
-        return row
+        return [_skip(case, SZ3, "pysz (SZ3) is not installed", note)]
     if a.dtype.kind == "f":
         work = np.dtype(a.dtype)
     elif a.dtype.kind in "iu" and a.dtype.itemsize <= 2:
@@ -194,12 +266,12 @@ def _sz3_row(name: str, a: np.ndarray, bound: float, bound_abs: float, eb: float
     elif a.dtype.kind in "iu":
         work = np.dtype(np.int64)
     else:
-        row["note"] = _join(note, f"skipped: SZ3 does not take {a.dtype}")
-        return row
+        return [_skip(case, SZ3, f"SZ3 does not take {a.dtype}", note)]
+    row = _row(case, SZ3, note=note)
     if work != a.dtype:
         row["note"] = _join(row["note"], f"{a.dtype} given to SZ3 as {work.name} "
                             "(conversions timed)")
-    shape = a.shape
+    shape, eb = a.shape, case.eb
 
     def enc() -> np.ndarray:
         cfg = pysz.szConfig(shape)
@@ -215,17 +287,16 @@ def _sz3_row(name: str, a: np.ndarray, bound: float, bound_abs: float, eb: float
             out = np.clip(out, info.min, info.max).astype(a.dtype)
         return out
 
-    return _measure(row, a, enc, dec, lambda c: c.nbytes, repeat, _lossy_check(a, bound_abs))
+    return [_measure(row, case, enc, dec, lambda c: c.nbytes,
+                     _lossy_check(a, case.bound_abs))]
 
 
-def _zfp_row(name: str, a: np.ndarray, bound: float, bound_abs: float, eb: float,
-             repeat: int, note: str) -> Row:
-    row = _row(name, bound, ZFP, a, bound_abs=bound_abs, note=note)
+def _zfp_rows(case: _Case) -> list[Row]:
+    a, note, bound_abs = case.a, case.note, case.bound_abs
     try:
         import zfpy
     except ImportError:
-        row["note"] = _join(note, "skipped: zfpy (ZFP) is not installed")
-        return row
+        return [_skip(case, ZFP, "zfpy (ZFP) is not installed", note)]
     if a.dtype.kind == "f":
         work = np.dtype(a.dtype)
     elif a.dtype.kind in "iu" and a.dtype.itemsize <= 2:
@@ -233,8 +304,8 @@ def _zfp_row(name: str, a: np.ndarray, bound: float, bound_abs: float, eb: float
     elif a.dtype.kind in "iu":
         work = np.dtype(np.float64)  # exact up to 2**53
     else:
-        row["note"] = _join(note, f"skipped: ZFP does not take {a.dtype}")
-        return row
+        return [_skip(case, ZFP, f"ZFP does not take {a.dtype}", note)]
+    row = _row(case, ZFP, note=note)
     ref = a
     rounded = a.dtype.kind in "iu" and bound_abs == 0
     if work != a.dtype:
@@ -242,6 +313,7 @@ def _zfp_row(name: str, a: np.ndarray, bound: float, bound_abs: float, eb: float
         row["note"] = _join(row["note"], f"{a.dtype} given to ZFP as {work.name} (conversion "
                             f"timed); error checked on the {work.name} values"
                             + (" rounded to integers" if rounded else ""))
+    eb = case.eb
 
     def enc() -> bytes:
         return zfpy.compress_numpy(np.ascontiguousarray(a, dtype=work), tolerance=float(eb))
@@ -250,64 +322,326 @@ def _zfp_row(name: str, a: np.ndarray, bound: float, bound_abs: float, eb: float
         out = zfpy.decompress_numpy(blob)
         return np.rint(out) if rounded else out
 
-    return _measure(row, a, enc, dec, len, repeat, _lossy_check(ref, bound_abs))
+    return [_measure(row, case, enc, dec, len, _lossy_check(ref, bound_abs))]
 
 
-def _zstd_row(name: str, a: np.ndarray, level: int, repeat: int) -> Row:
-    import zstandard
-
-    row = _row(name, None, f"zstd-{level}", a, bound_abs=0.0)
-    raw = np.ascontiguousarray(a)
+def _sperr_rows(case: _Case) -> list[Row]:
+    a, note = case.a, case.note
+    try:
+        import imagecodecs
+    except ImportError:
+        return [_skip(case, SPERR, "imagecodecs (for SPERR) is not installed", note)]
+    if not getattr(getattr(imagecodecs, "SPERR", None), "available", False):
+        return [_skip(case, SPERR, "this imagecodecs build has no SPERR", note)]
+    if a.dtype.kind == "f" and a.dtype.itemsize in (4, 8):
+        work = np.dtype(a.dtype)
+    elif a.dtype.kind in "iu" and a.dtype.itemsize <= 2:
+        work = np.dtype(np.float32)
+    elif a.dtype.kind in "iu":
+        work = np.dtype(np.float64)
+    else:
+        return [_skip(case, SPERR, f"SPERR does not take {a.dtype}", note)]
+    if a.ndim != 3 or min(a.shape) < 2:
+        return [_skip(case, SPERR, f"SPERR 3-D needs at least 2 values per axis, got shape "
+                                   f"{a.shape}", note)]
+    row = _row(case, SPERR, note=note)
+    is_int = a.dtype.kind in "iu"
+    # SPERR keeps its point-wise bound in double precision; rounding its output to the data
+    # type can add up to half a unit in the last place, so it gets that much less
+    big = max(abs(case.vrange[0]), abs(case.vrange[1])) + case.eb
+    margin = float(np.spacing(np.asarray(big, dtype=work)))
+    eb = case.eb - margin if case.eb > 2 * margin else case.eb / 2
+    row["note"] = _join(row["note"], f"bound given to SPERR less one {work.name} ulp of "
+                        "max|x| (SPERR rounds to the output type after its own check)")
+    if is_int:
+        row["note"] = _join(row["note"], f"{a.dtype} given to SPERR as {work.name} and its "
+                            "output rounded back (conversions timed)")
+    shape = a.shape
 
     def enc() -> bytes:
-        return zstandard.ZstdCompressor(level=level).compress(raw.data)
+        return imagecodecs.sperr_encode(np.ascontiguousarray(a, dtype=work), float(eb),
+                                        "pwe", numthreads=1)
 
     def dec(blob: bytes) -> np.ndarray:
-        out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=raw.nbytes)
-        return np.frombuffer(out, dtype=raw.dtype).reshape(raw.shape)
+        out = imagecodecs.sperr_decode(blob, numthreads=1).reshape(shape)
+        if is_int:
+            info = np.iinfo(a.dtype)
+            out = np.clip(np.rint(out), info.min, info.max).astype(a.dtype)
+        return out
 
-    return _measure(row, a, enc, dec, len, repeat, _lossless_check(a))
+    return [_measure(row, case, enc, dec, len, _lossy_check(a, case.bound_abs))]
+
+
+def _zstd_rows(case: _Case) -> list[Row]:
+    import zstandard
+
+    raw = np.ascontiguousarray(case.a)
+    rows = []
+    for level in (3, 19):
+        row = _row(case, f"zstd-{level}")
+
+        def enc(level: int = level) -> bytes:
+            return zstandard.ZstdCompressor(level=level).compress(raw.data)
+
+        def dec(blob: bytes) -> np.ndarray:
+            out = zstandard.ZstdDecompressor().decompress(blob, max_output_size=raw.nbytes)
+            return np.frombuffer(out, dtype=raw.dtype).reshape(raw.shape)
+
+        rows.append(_measure(row, case, enc, dec, len, _lossless_check(case.a)))
+    return rows
+
+
+def _blosc2_rows(case: _Case) -> list[Row]:
+    names = (BLOSC2_SHUFFLE, BLOSC2_BITSHUFFLE)
+    try:
+        import blosc2
+    except ImportError:
+        return [_skip(case, n, "python-blosc2 is not installed") for n in names]
+    if not hasattr(blosc2, "CParams"):
+        return [_skip(case, n, f"python-blosc2 {blosc2.__version__} is older than 3.0")
+                for n in names]
+    raw = np.ascontiguousarray(case.a)
+    if raw.nbytes >= 2**31 - 64:
+        return [_skip(case, n, "over 2 GB: one blosc2 frame of the whole stack does not apply")
+                for n in names]
+    rows = []
+    for name, filt in zip(names, (blosc2.Filter.SHUFFLE, blosc2.Filter.BITSHUFFLE),
+                          strict=True):
+        row = _row(case, name, note="one thread")
+        cparams = blosc2.CParams(codec=blosc2.Codec.ZSTD, clevel=5, filters=[filt],
+                                 typesize=raw.dtype.itemsize, nthreads=1)
+        dparams = blosc2.DParams(nthreads=1)
+
+        def enc(cparams: Any = cparams) -> bytes:
+            return blosc2.compress2(raw.tobytes(), cparams=cparams)
+
+        def dec(blob: bytes, dparams: Any = dparams) -> np.ndarray:
+            out = blosc2.decompress2(blob, dparams=dparams)
+            return np.frombuffer(out, dtype=raw.dtype).reshape(raw.shape)
+
+        rows.append(_measure(row, case, enc, dec, len, _lossless_check(case.a)))
+    return rows
+
+
+def _image_dtype_problem(a: np.ndarray) -> str | None:
+    """Why a 2-D integer image codec cannot take ``a`` losslessly, or None."""
+    if a.dtype.kind != "u" or a.dtype.itemsize > 2:
+        return (f"{a.dtype} data: this 2-D image codec takes unsigned 8/16-bit frames "
+                "only")
+    return None
+
+
+def _frame_codec_rows(case: _Case, codec: str, available: Callable[[Any], bool],
+                      encode: Callable[[Any, np.ndarray], bytes],
+                      decode: Callable[[Any, bytes], np.ndarray]) -> list[Row]:
+    try:
+        import imagecodecs
+    except ImportError:
+        return [_skip(case, codec, "imagecodecs is not installed")]
+    if not available(imagecodecs):
+        return [_skip(case, codec, f"this imagecodecs build has no {codec}")]
+    why = _image_dtype_problem(case.a)
+    if why:
+        return [_skip(case, codec, why)]
+    a = case.a
+    row = _row(case, codec, note="frame by frame, one thread")
+
+    def enc() -> list[bytes]:
+        return [encode(imagecodecs, np.ascontiguousarray(f)) for f in a]
+
+    def dec(blobs: list[bytes]) -> np.ndarray:
+        return np.stack([decode(imagecodecs, b) for b in blobs]).reshape(a.shape)
+
+    return [_measure(row, case, enc, dec, lambda bl: sum(map(len, bl)), _lossless_check(a))]
+
+
+def _jpegxl_rows(case: _Case) -> list[Row]:
+    return _frame_codec_rows(
+        case, JPEGXL, lambda ic: getattr(getattr(ic, "JPEGXL", None), "available", False),
+        lambda ic, f: ic.jpegxl_encode(f, lossless=True, effort=7, numthreads=1),
+        lambda ic, b: ic.jpegxl_decode(b, numthreads=1))
+
+
+def _jpegls_rows(case: _Case) -> list[Row]:
+    return _frame_codec_rows(
+        case, JPEGLS, lambda ic: getattr(getattr(ic, "JPEGLS", None), "available", False),
+        lambda ic, f: ic.jpegls_encode(f, level=0),
+        lambda ic, b: ic.jpegls_decode(b))
+
+
+def _ffmpeg() -> str | None:
+    """The ffmpeg program on the PATH, or None (tests replace this)."""
+    return shutil.which("ffmpeg")
+
+
+@functools.lru_cache(maxsize=4)
+def _ffmpeg_encoders(exe: str) -> str:
+    try:
+        out = subprocess.run([exe, "-hide_banner", "-encoders"], capture_output=True,
+                             timeout=60, check=False)
+        return out.stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def ffmpeg_version() -> str | None:
+    """First line of ``ffmpeg -version``, or None when ffmpeg is not on the PATH."""
+    exe = _ffmpeg()
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "-version"], capture_output=True, timeout=60, check=False)
+        return out.stdout.decode("utf-8", "replace").splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def _run_ffmpeg(exe: str, args: list[str], data: bytes) -> bytes:
+    p = subprocess.run([exe, "-nostdin", "-hide_banner", "-loglevel", "error", *args],
+                       input=data, capture_output=True, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"ffmpeg exited {p.returncode}: "
+                           f"{p.stderr.decode('utf-8', 'replace').strip()[-500:]}")
+    return p.stdout
+
+
+def _ffmpeg_rows(case: _Case, codec: str, encoder: str, pix_fmt: str | None, why: str,
+                 codec_args: list[str], fmt: str) -> list[Row]:
+    exe = _ffmpeg()
+    if not exe:
+        return [_skip(case, codec, "ffmpeg is not on the PATH")]
+    if f" {encoder} " not in _ffmpeg_encoders(exe):
+        return [_skip(case, codec, f"this ffmpeg has no {encoder} encoder")]
+    if pix_fmt is None:
+        return [_skip(case, codec, why)]
+    a = case.a
+    t, h, w = a.shape
+    raw = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+    row = _row(case, codec, note=f"through ffmpeg as {pix_fmt} (process start timed), "
+                                 "one thread")
+    enc_args = ["-f", "rawvideo", "-pix_fmt", pix_fmt, "-s", f"{w}x{h}", "-framerate", "25",
+                "-i", "pipe:0", *codec_args, "-pix_fmt", pix_fmt, "-f", fmt, "pipe:1"]
+    dec_args = ["-f", fmt, "-i", "pipe:0", "-f", "rawvideo", "-pix_fmt", pix_fmt, "pipe:1"]
+
+    def dec(blob: bytes) -> np.ndarray:
+        out = np.frombuffer(_run_ffmpeg(exe, dec_args, blob), dtype=a.dtype.newbyteorder("<"))
+        if out.size != a.size:
+            raise RuntimeError(f"ffmpeg gave {out.size} values back, not {a.size}")
+        return out.reshape(a.shape).astype(a.dtype)
+
+    return [_measure(row, case, lambda: _run_ffmpeg(exe, enc_args, raw), dec, len,
+                     _lossless_check(a))]
+
+
+def _ffv1_rows(case: _Case) -> list[Row]:
+    a = case.a
+    why = _image_dtype_problem(a)
+    pix = None if why else ("gray" if a.dtype.itemsize == 1 else "gray16le")
+    return _ffmpeg_rows(case, FFV1, "ffv1", pix, why or "",
+                        ["-c:v", "ffv1", "-level", "3", "-coder", "1", "-context", "1",
+                         "-g", "1", "-threads", "1"], "nut")
+
+
+def _x265_rows(case: _Case) -> list[Row]:
+    a = case.a
+    why = _image_dtype_problem(a)
+    pix = None
+    if not why:
+        if a.dtype.itemsize == 1:
+            pix = "gray"
+        else:
+            bits = max(1, int(case.vrange[1]).bit_length())
+            if bits <= 10:
+                pix = "gray10le"
+            elif bits <= 12:
+                pix = "gray12le"
+            else:
+                why = f"x265 codes at most 12 bits per value; the largest value needs {bits}"
+    return _ffmpeg_rows(case, X265, "libx265", pix, why or "",
+                        ["-c:v", "libx265", "-x265-params",
+                         "lossless=1:log-level=error:pools=1:frame-threads=1"], "hevc")
+
+
+_LOSSY: dict[str, Callable[[_Case], list[Row]]] = {
+    "sz3": _sz3_rows, "zfp": _zfp_rows, "sperr": _sperr_rows}
+_LOSSLESS: dict[str, Callable[[_Case], list[Row]]] = {
+    "zstd": _zstd_rows, "blosc2": _blosc2_rows, "jpegxl": _jpegxl_rows,
+    "jpegls": _jpegls_rows, "ffv1": _ffv1_rows, "x265": _x265_rows}
+
+
+def _families(codecs: Sequence[str] | None) -> tuple[str, ...]:
+    if codecs is None:
+        return FAMILIES
+    out = tuple(c.strip().lower() for c in codecs if c.strip())
+    bad = [c for c in out if c not in FAMILIES]
+    if bad:
+        raise ValueError(f"unknown codec(s) {', '.join(bad)}; known: {', '.join(FAMILIES)}")
+    return out
 
 
 def bench_array(name: str, a: np.ndarray,
                 bounds: Sequence[float | None] = DEFAULT_BOUNDS,
                 predictors: Sequence[str] = ("auto",), repeat: int = 1,
-                progress: Progress | None = None) -> list[Row]:
-    """All rows for one in-memory (T, H, W) array."""
+                progress: Progress | None = None,
+                codecs: Sequence[str] | None = None) -> list[Row]:
+    """All rows for one in-memory (T, H, W) array; ``codecs`` picks among ``FAMILIES``
+    besides tezip (default: all)."""
+    fams = _families(codecs)
     rows: list[Row] = []
-    lo, hi = value_range(a)
-    vrange = hi - lo
+    vrange = value_range(a)
+    span = vrange[1] - vrange[0]
     is_int = a.dtype.kind in "iu"
     for bound in bounds:
-        if progress:
-            progress(f"{name}: bound {LOSSLESS if bound is None else f'{bound:g}'}")
+        blabel = LOSSLESS if bound is None else f"{bound:g}"
         if bound is None:
-            rows += _tezip_rows(name, a, None, 0.0, predictors, repeat)
-            rows.append(_zstd_row(name, a, 3, repeat))
-            rows.append(_zstd_row(name, a, 19, repeat))
-            continue
-        eb = float(bound) * float(vrange)
-        note = ""
-        if is_int:
-            bound_abs = float(math.floor(eb))
-            eb = bound_abs
-            if bound_abs < 1:
-                bound_abs, eb = 0.0, 0.5
-                note = ("bound floors to 0 for integers; given 0.5 and checked after "
-                        "rounding, so this codec may not apply")
+            case = _Case(name, a, None, 0.0, 0.0, "", repeat, vrange)
+            jobs: list[tuple[str, Callable[[], list[Row]]]] = [
+                ("tezip", lambda case=case: _tezip_rows(case, predictors))]
+            jobs += [(f, lambda f=f, case=case: _LOSSLESS[f](case))
+                     for f in LOSSLESS_FAMILIES if f in fams]
         else:
-            bound_abs = eb
-        rows += _tezip_rows(name, a, bound, bound_abs, predictors, repeat)
-        rows.append(_sz3_row(name, a, bound, bound_abs, eb, repeat, note))
-        rows.append(_zfp_row(name, a, bound, bound_abs, eb, repeat, note))
+            eb = float(bound) * float(span)
+            note = ""
+            if is_int:
+                bound_abs = float(math.floor(eb))
+                eb = bound_abs
+                if bound_abs < 1:
+                    bound_abs, eb = 0.0, 0.5
+                    note = ("bound floors to 0 for integers; given 0.5 and checked after "
+                            "rounding, so this codec may not apply")
+            else:
+                bound_abs = eb
+            case = _Case(name, a, bound, bound_abs, eb, note, repeat, vrange)
+            jobs = [("tezip", lambda case=case: _tezip_rows(case, predictors))]
+            jobs += [(f, lambda f=f, case=case: _LOSSY[f](case))
+                     for f in LOSSY_FAMILIES if f in fams]
+        for fam, job in jobs:
+            t0 = time.perf_counter()
+            got = job()
+            rows += got
+            if progress:
+                took = time.perf_counter() - t0
+                for r in got:
+                    progress(f"{name}: bound {blabel}: {r['codec']}: {_progress_text(r)} "
+                             f"({took:.1f} s for {fam})")
     return rows
+
+
+def _progress_text(r: Row) -> str:
+    if r["ratio"] is None:
+        return r["note"] or "no result"
+    s = f"ratio {r['ratio']:.2f}"
+    if r.get("psnr") is not None:
+        s += f", PSNR {r['psnr']:.1f} dB"
+    return s + ("" if r["ok"] else f" -- {r['note']}")
 
 
 def run(paths: list[str], bounds: Sequence[float | None] = DEFAULT_BOUNDS,
         predictors: Sequence[str] = ("auto",), repeat: int = 1,
-        progress: Progress | None = None) -> list[Row]:
+        progress: Progress | None = None, codecs: Sequence[str] | None = None) -> list[Row]:
     """Benchmark every ``.npy`` file in ``paths`` (shape (T, H, W), loaded whole) at every
     bound (a fraction of the value range, or ``None`` for lossless)."""
+    fams = _families(codecs)
     rows: list[Row] = []
     for path in paths:
         name = os.path.splitext(os.path.basename(path))[0]
@@ -316,21 +650,57 @@ def run(paths: list[str], bounds: Sequence[float | None] = DEFAULT_BOUNDS,
             raise ValueError(f"{path}: expected a (T, H, W) array, got shape {a.shape}")
         # warm-up on a corner of the stack so one-time set-up costs of any codec path
         # (imports, first calls) do not land in the first measurement
-        bench_array(name, np.ascontiguousarray(a[:2, :16, :16]), bounds, predictors, 1)
-        rows += bench_array(name, a, bounds, predictors, repeat, progress)
+        bench_array(name, np.ascontiguousarray(a[:2, :16, :16]), bounds, predictors, 1,
+                    codecs=fams)
+        rows += bench_array(name, a, bounds, predictors, repeat, progress, fams)
     return rows
+
+
+def codec_versions() -> dict[str, str]:
+    """Versions of every codec package / program the benchmark can use ("missing" when it
+    is not there)."""
+    out: dict[str, str] = {"tezip": getattr(tezip, "__version__", "?"),
+                           "numpy": np.__version__}
+    for mod in ("pysz", "zfpy", "zstandard", "blosc2", "imagecodecs"):
+        try:
+            m = __import__(mod)
+            out[mod] = str(getattr(m, "__version__", None) or _dist_version(mod))
+        except ImportError:
+            out[mod] = "missing"
+    if out["imagecodecs"] != "missing":
+        import imagecodecs
+        for lib in ("sperr", "jpegxl", "jpegls"):
+            try:
+                out[f"imagecodecs {lib}"] = str(getattr(imagecodecs, f"{lib}_version")())
+            except Exception:  # noqa: BLE001 - not built in
+                out[f"imagecodecs {lib}"] = "missing"
+    out["ffmpeg"] = ffmpeg_version() or "missing (not on the PATH)"
+    return out
+
+
+def _dist_version(mod: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(mod)
+    except metadata.PackageNotFoundError:
+        return "?"
 
 
 # ---------------------------------------------------------------------------------------
 # reports
 
 
-def _fmt_ratio(r: Row | None) -> str:
+def _fmt_ratio(r: Row | None, with_psnr: bool = False) -> str:
     if r is None:
         return "-"
     if r.get("ratio") is None:
-        return "failed" if r.get("ok") is False else "n/a"
+        if r.get("ok") is False:
+            return "failed"
+        return "skipped" if "skipped" in r.get("note", "") else "n/a"
     s = f"{r['ratio']:.2f}"
+    if with_psnr and r.get("psnr") is not None:
+        s += " (exact)" if r["psnr"] == math.inf else f" ({r['psnr']:.1f})"
     return s if r["ok"] else f"**{s} (!)**"
 
 
@@ -350,14 +720,37 @@ def _fmt_err(r: Row | None) -> str:
     return s if r["ok"] else f"**{s} VIOLATION**"
 
 
+def _fmt_psnr(r: Row) -> str:
+    p = r.get("psnr")
+    if p is None:
+        return "-"
+    return "inf" if p == math.inf else f"{p:.1f}"
+
+
 def _bound_key(b: Any) -> tuple[int, float]:
     return (1, 0.0) if b == LOSSLESS else (0, -float(b))
 
 
+def _wins_line(c: str, ref: Sequence[str], what: str, datasets: list[str],
+               get: dict[tuple[str, str], Row]) -> str | None:
+    wins = n = 0
+    for d in datasets:
+        r = get.get((d, c))
+        best = [get[(d, o)]["ratio"] for o in ref
+                if (d, o) in get and get[(d, o)]["ratio"] is not None and get[(d, o)]["ok"]]
+        if r is None or r["ratio"] is None or not best:
+            continue
+        n += 1
+        wins += r["ratio"] >= max(best)
+    return f"{c} ratio >= {what} on {wins} of {n} data sets." if n else None
+
+
 def to_markdown(rows: list[Row]) -> str:
-    """One table per bound; ratios flagged ``(!)`` and errors marked VIOLATION where a codec
-    broke its bound; notes and a count of data sets where tezip >= SZ3 (lossless: >= the
-    better zstd) under each table."""
+    """Per bound: a table of ratios (PSNR in dB in brackets for lossy bounds; the best
+    checked ratio per data set in bold), ratios flagged ``(!)`` where a codec broke its
+    bound, counts of data sets where tezip >= SZ3 and >= every other codec (lossless: the
+    better zstd, every other codec), and the notes (skipped codecs, conversions). Then one
+    table of every row with speeds and error / bound."""
     out: list[str] = []
     for bound in sorted({r["bound"] for r in rows}, key=_bound_key):
         brows = [r for r in rows if r["bound"] == bound]
@@ -367,50 +760,52 @@ def to_markdown(rows: list[Row]) -> str:
         others = [c for c in codecs if not c.startswith("tezip")]
         get = {(r["dataset"], r["codec"]): r for r in brows}
         lossless = bound == LOSSLESS
-        title = ("Lossless (bit-exact)" if lossless else
-                 f"Bound {bound:g} x (max - min)")
+        title = ("Lossless (bit-exact): compression ratio" if lossless else
+                 f"Bound {bound:g} x (max - min): compression ratio (PSNR dB)")
         out.append(f"### {title}\n")
-        head = ["dataset", "abs bound"] + [f"{c} ratio" for c in codecs]
-        for c in tz:
-            head += [f"{c} enc MB/s", f"{c} dec MB/s"]
-        head += [f"{c} enc/dec MB/s" for c in others]
-        head.append(("exact? (" if lossless else "max err / bound (") + ", ".join(codecs) + ")")
+        head = ["dataset", "abs bound"] + codecs
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join("---" for _ in head) + "|")
-        notes: list[str] = []
+        notes: dict[tuple[str, str], list[str]] = {}
         for d in datasets:
             babs = next(r["bound_abs"] for r in brows if r["dataset"] == d)
             line = [d, "0" if lossless else f"{babs:.4g}"]
-            line += [_fmt_ratio(get.get((d, c))) for c in codecs]
-            for c in tz:
-                r = get.get((d, c))
-                line += [_fmt_speed(r and r["enc_mbs"]), _fmt_speed(r and r["dec_mbs"])]
-            for c in others:
-                r = get.get((d, c))
-                line.append(f"{_fmt_speed(r and r['enc_mbs'])} / {_fmt_speed(r and r['dec_mbs'])}")
-            line.append(", ".join(_fmt_err(get.get((d, c))) for c in codecs))
-            out.append("| " + " | ".join(line) + " |")
+            good = [get[(d, c)]["ratio"] for c in codecs
+                    if (d, c) in get and get[(d, c)]["ratio"] is not None and get[(d, c)]["ok"]]
+            best = max(good) if good else None
             for c in codecs:
                 r = get.get((d, c))
+                cell = _fmt_ratio(r, with_psnr=not lossless)
+                if r and r["ok"] and best is not None and r["ratio"] == best:
+                    cell = f"**{cell}**"
+                line.append(cell)
                 if r and r["note"]:
-                    txt = f"{d}, {c}: {r['note']}"
-                    notes.append(f"**{txt}**" if r["ok"] is False else txt)
+                    notes.setdefault((c, r["note"]), []).append(d)
+            out.append("| " + " | ".join(line) + " |")
         out.append("")
         for c in tz:
-            ref = [SZ3] if not lossless else [ZSTD3, ZSTD19]
-            wins = n = 0
-            for d in datasets:
-                r = get.get((d, c))
-                best = [get[(d, o)]["ratio"] for o in ref
-                        if (d, o) in get and get[(d, o)]["ratio"] is not None]
-                if r is None or r["ratio"] is None or not best:
-                    continue
-                n += 1
-                wins += r["ratio"] >= max(best)
-            what = "SZ3's" if not lossless else "the better zstd's"
-            out.append(f"{c} ratio >= {what} on {wins} of {n} data sets.")
-        out += [f"- {note}" for note in notes]
+            if lossless:
+                lines = [_wins_line(c, [ZSTD3, ZSTD19], "the better zstd's", datasets, get),
+                         _wins_line(c, others, "every other codec's", datasets, get)]
+            else:
+                lines = [_wins_line(c, [SZ3], "SZ3's", datasets, get),
+                         _wins_line(c, others, "every other codec's", datasets, get)]
+            out += [s for s in lines if s]
+        for (c, note), ds in notes.items():
+            failed = any(get[(d, c)]["ok"] is False for d in ds)
+            txt = f"{c} ({', '.join(ds)}): {note}"
+            out.append(f"- **{txt}**" if failed else f"- {txt}")
         out.append("")
+    out.append("### Every row: speed (MB/s of raw data) and max error / bound\n")
+    out.append("| dataset | bound | codec | ratio | PSNR dB | max err / bound | enc MB/s "
+               "| dec MB/s |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["dataset"], _bound_key(r["bound"]))):
+        if r["ratio"] is None and r["ok"] is None:
+            continue  # skipped: said under its table
+        b = LOSSLESS if r["bound"] == LOSSLESS else f"{r['bound']:g}"
+        out.append(f"| {r['dataset']} | {b} | {r['codec']} | {_fmt_ratio(r)} | {_fmt_psnr(r)} "
+                   f"| {_fmt_err(r)} | {_fmt_speed(r['enc_mbs'])} | {_fmt_speed(r['dec_mbs'])} |")
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -341,18 +341,68 @@ def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float |
 @click.option("--predictors", "preds", default="auto", show_default=True,
               help="comma-separated tezip predictors to measure")
 @click.option("--repeat", default=1, show_default=True, type=int, help="best of N timings")
+@click.option("--codecs", default="all", show_default=True,
+              help="comma-separated other codecs: sz3, zfp, sperr, zstd, blosc2, jpegxl, "
+                   "jpegls, ffv1, x265 (missing ones are skipped with a note)")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), help="also write JSON here")
-def bench(data: tuple[Path, ...], bounds: str, preds: str, repeat: int,
-          json_out: Path | None) -> None:
-    """Ratio and MB/s of tezip against SZ3, ZFP and zstd on .npy stacks, in one run."""
+@click.option("--md", "md_out", type=click.Path(path_type=Path),
+              help="also write the markdown here")
+@click.option("--plot", "plot_out", type=click.Path(path_type=Path),
+              help="draw rate-distortion curves (ratio vs PSNR and vs bound) into this PNG "
+                   "(needs matplotlib)")
+@click.option("--quiet", "-q", is_flag=True, help="no progress lines on stderr")
+def bench(data: tuple[Path, ...], bounds: str, preds: str, repeat: int, codecs: str,
+          json_out: Path | None, md_out: Path | None, plot_out: Path | None,
+          quiet: bool) -> None:
+    """Ratio, PSNR and MB/s of tezip against SZ3, ZFP, SPERR, zstd, blosc2, JPEG-XL,
+    JPEG-LS, FFV1 and x265 on .npy stacks, in one run."""
     from . import bench as b
 
-    blist = [None if s.strip() == "lossless" else float(s) for s in bounds.split(",")]
+    if plot_out is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise click.UsageError("--plot needs matplotlib (pip install 'tezip[bench]')") \
+                from None
+    try:
+        blist = [None if s.strip() == "lossless" else float(s) for s in bounds.split(",")]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--bounds") from None
+    fams = None if codecs.strip() in ("all", "") else codecs.split(",")
+    try:
+        b._families(fams)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--codecs") from None
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        click.echo(f"[{time.perf_counter() - t0:7.1f} s] {msg}", err=True)
+
     rows = b.run([str(p) for p in data], bounds=blist,
-                 predictors=tuple(s.strip() for s in preds.split(",")), repeat=repeat)
-    click.echo(b.to_markdown(rows))
+                 predictors=tuple(s.strip() for s in preds.split(",")), repeat=repeat,
+                 progress=None if quiet else progress, codecs=fams)
+    md = b.to_markdown(rows)
+    click.echo(md)
+    if md_out:
+        _write_atomically(md_out, md)
     if json_out:
-        json_out.write_text(b.to_json(rows))
+        _write_atomically(json_out, b.to_json(rows))
+    if plot_out:
+        from .bench_plot import plot_rd
+
+        plot_rd(rows, plot_out)
+        if not quiet:
+            click.echo(f"plot written to {plot_out}", err=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write under a temporary name and rename, so no half-written file carries the name."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

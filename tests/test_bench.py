@@ -1,0 +1,185 @@
+"""`tezip bench` and tezip.bench: rows, bound and bit-exact checks, skipped codecs, PSNR,
+markdown, JSON and the rate-distortion plot, on tiny generated stacks."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import smooth_stack
+
+from tezip import bench
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SKIPPED = "skipped:"
+
+
+def _has(mod: str) -> bool:
+    return importlib.util.find_spec(mod) is not None
+
+
+def _skipped(r: dict) -> bool:
+    return r["ratio"] is None and r["ok"] is None and SKIPPED in r["note"]
+
+
+@pytest.fixture(scope="module")
+def u16_rows():
+    # values well under 4096, so x265 (at most 12 bits) applies when ffmpeg is there
+    a = smooth_stack((6, 24, 20), dtype="uint16", scale=3000, offset=50)
+    return bench.bench_array("u16", a, (1e-2, None), ("classical",))
+
+
+def test_every_row_checked_or_skipped_with_a_note(u16_rows):
+    assert u16_rows
+    for r in u16_rows:
+        if _skipped(r):
+            continue
+        assert r["ok"] is True, r
+        assert r["ratio"] > 0 and r["compressed_bytes"] > 0
+        if r["bound"] == bench.LOSSLESS:
+            assert r["max_abs_error"] == 0 and r["psnr"] is None
+        else:
+            assert r["max_abs_error"] <= r["bound_abs"]
+            assert r["psnr"] is not None and r["psnr"] > 20
+
+
+def test_codecs_measured_when_installed(u16_rows):
+    got = {(r["bound"], r["codec"]): r for r in u16_rows}
+    measured = {c for (_, c), r in got.items() if r["ratio"] is not None}
+    assert {"tezip-classical", bench.ZSTD3, bench.ZSTD19} <= measured
+    expect = {bench.SZ3: "pysz", bench.ZFP: "zfpy", bench.SPERR: "imagecodecs",
+              bench.JPEGXL: "imagecodecs", bench.JPEGLS: "imagecodecs",
+              bench.BLOSC2_SHUFFLE: "blosc2", bench.BLOSC2_BITSHUFFLE: "blosc2"}
+    for codec, mod in expect.items():
+        assert any(c == codec for _, c in got), codec  # a row either way
+        if _has(mod):
+            assert codec in measured, got[next(k for k in got if k[1] == codec)]
+    if bench._ffmpeg() and " ffv1 " in bench._ffmpeg_encoders(bench._ffmpeg()):
+        assert bench.FFV1 in measured
+
+
+def test_float_data_skips_the_integer_image_codecs():
+    a = smooth_stack((4, 16, 16), dtype="float32")
+    rows = bench.bench_array("f32", a, (None,), ("classical",),
+                             codecs=("jpegxl", "jpegls", "ffv1", "x265"))
+    other = [r for r in rows if not r["codec"].startswith("tezip")]
+    assert {r["codec"] for r in other} == {bench.JPEGXL, bench.JPEGLS, bench.FFV1, bench.X265}
+    for r in other:
+        assert _skipped(r), r
+        if "not on the PATH" not in r["note"] and "not installed" not in r["note"]:
+            assert "float32" in r["note"]
+
+
+def test_missing_codecs_are_skipped_with_a_note(monkeypatch):
+    for mod in ("pysz", "zfpy", "imagecodecs", "blosc2"):
+        monkeypatch.setitem(sys.modules, mod, None)  # import raises ImportError
+    monkeypatch.setattr(bench, "_ffmpeg", lambda: None)
+    a = smooth_stack((4, 16, 16), dtype="uint16", scale=1000)
+    rows = bench.bench_array("gone", a, (1e-2, None), ("classical",))
+    others = [r for r in rows if not r["codec"].startswith(("tezip", "zstd"))]
+    assert len(others) == 3 + 2 + 4  # SZ3 ZFP SPERR, 2x blosc2, JPEG-XL JPEG-LS FFV1 x265
+    for r in others:
+        assert _skipped(r), r
+    notes = {r["codec"]: r["note"] for r in others}
+    assert "pysz" in notes[bench.SZ3] and "ffmpeg" in notes[bench.X265]
+    assert all(r["ok"] for r in rows if r["codec"].startswith(("tezip", "zstd")))
+    md = bench.to_markdown(rows)
+    assert "skipped" in md and "pysz (SZ3) is not installed" in md
+
+
+def test_a_broken_bound_is_caught():
+    a = smooth_stack((3, 8, 8))
+    case = bench._Case("bad", a, 1e-2, 0.01, 0.01, "", 1, bench.value_range(a))
+    row = bench._row(case, "liar")
+    bench._measure(row, case, lambda: a.tobytes(), lambda b: a + np.float32(0.5), len,
+                   bench._lossy_check(a, 0.01))
+    assert row["ok"] is False and "BOUND VIOLATED" in row["note"]
+    assert "**" in bench.to_markdown([row])
+    case = bench._Case("bad", a, None, 0.0, 0.0, "", 1, bench.value_range(a))
+    row = bench._row(case, "not-lossless")
+    bench._measure(row, case, lambda: b"x", lambda b: a.astype(np.float64), len,
+                   bench._lossless_check(a))
+    assert row["ok"] is False and "NOT BIT-EXACT" in row["note"]
+
+
+def test_psnr():
+    a = np.array([0.0, 10.0, 5.0, 5.0])
+    d = np.array([1.0, 10.0, 5.0, 5.0])
+    assert bench.psnr(a, d, 10.0) == pytest.approx(20 - 10 * math.log10(0.25))
+    assert bench.psnr(a, a, 10.0) == math.inf
+    assert bench.psnr(a, d[:3], 10.0) is None
+
+
+def test_unknown_codec_is_refused():
+    with pytest.raises(ValueError, match="unknown codec"):
+        bench.bench_array("x", smooth_stack((2, 8, 8)), (None,), codecs=("nope",))
+
+
+def test_json_round_trip(u16_rows):
+    rows = json.loads(bench.to_json(u16_rows))
+    assert len(rows) == len(u16_rows)
+    assert all({"codec", "ratio", "ok", "psnr", "note"} <= set(r) for r in rows)
+
+
+@pytest.mark.skipif(not _has("matplotlib"), reason="matplotlib is not installed")
+def test_plot_from_rows_and_from_json(u16_rows, tmp_path):
+    from tezip.bench_plot import plot_rd
+
+    rows = u16_rows + bench.bench_array("f32", smooth_stack((4, 16, 16)), (1e-2, 1e-3, None),
+                                        ("classical",), codecs=("sz3", "zstd"))
+    for src, name in ((rows, "a.png"), (json.loads(bench.to_json(rows)), "b.png")):
+        out = plot_rd(src, tmp_path / name)
+        data = out.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 10_000
+
+
+def test_cli_bench_writes_md_json_plot(tmp_path):
+    a = smooth_stack((4, 16, 16), dtype="float32")
+    src = tmp_path / "tiny.npy"
+    np.save(src, a)
+    out_json, out_md, out_png = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "r.png"
+    args = [sys.executable, "-m", "tezip", "bench", str(src), "--bounds", "1e-2,lossless",
+            "--predictors", "classical", "--codecs", "sz3,zstd,jpegls", "--json",
+            str(out_json), "--md", str(out_md)]
+    plot = _has("matplotlib")
+    if plot:
+        args += ["--plot", str(out_png)]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "TEZIP_DEBUG": ""})
+    assert p.returncode == 0, p.stderr
+    assert "### Bound 0.01" in p.stdout and "tiny: bound 0.01: tezip-classical" in p.stderr
+    rows = json.loads(out_json.read_text())
+    assert {r["codec"] for r in rows} >= {"tezip-classical", bench.SZ3, bench.ZSTD19,
+                                          bench.JPEGLS}
+    assert all(r["ok"] for r in rows if r["ratio"] is not None)
+    jls = next(r for r in rows if r["codec"] == bench.JPEGLS)
+    assert SKIPPED in jls["note"]  # float data
+    assert out_md.read_text() == p.stdout.rstrip("\n") + "\n"
+    if plot:
+        assert out_png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_cli_bench_bad_codec(tmp_path):
+    src = tmp_path / "tiny.npy"
+    np.save(src, smooth_stack((2, 8, 8)))
+    p = subprocess.run([sys.executable, "-m", "tezip", "bench", str(src), "--codecs", "zzz"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "unknown codec" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_rate_distortion_script_defaults():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import rate_distortion
+    finally:
+        sys.path.pop(0)
+    assert rate_distortion.parse_bounds(rate_distortion.DEFAULT_BOUNDS) == [
+        1e-2, 3e-3, 1e-3, 3e-4, 1e-4, None]
