@@ -314,12 +314,17 @@ def check_stack(shape: tuple[int, ...], dtype: np.dtype) -> str:
 
 def value_range(stack: Any, chunk: int = 64,
                 progress: Callable[[int], None] | None = None) -> tuple[float, float]:
-    """(min, max) over the finite values, streaming; (0, 0) if there are none."""
+    """(min, max) over the finite values, streaming; (0, 0) if there are none. Reads at
+    most ``chunk`` frames and at most about 4M values at a time."""
     lo, hi = math.inf, -math.inf
+    chunk = max(1, min(chunk, (1 << 22) // max(1, math.prod(stack.shape[1:]))))
     for t0 in range(0, stack.shape[0], chunk):
         x = stack.read(t0, min(stack.shape[0], t0 + chunk))
         if x.dtype.kind == "f":
-            x = x[np.isfinite(x)]
+            finite = np.isfinite(x)
+            if not finite.all():
+                x = x[finite]
+            del finite
         if x.size:
             lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
         if progress:

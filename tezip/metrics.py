@@ -10,6 +10,8 @@ import numpy as np
 
 from .quantize import QuantParams, find_outliers
 
+_SLAB_VALUES = 1 << 22  # values compared at a time
+
 
 def bound_violations(x: np.ndarray, y: np.ndarray, qp: QuantParams) -> int:
     """How many values of reconstruction ``y`` break the bound recorded in ``qp`` (decided
@@ -30,28 +32,33 @@ def compare_stacks(original: Any, tez: Any, *, ssim: bool = True,
     pairs = []
     vr = tez.header.get("value_range") or [0.0, 0.0]
     hint = float(vr[1]) - float(vr[0])
-    for t0, rec in tez.iter_windows():
-        x = original.read(t0, t0 + len(rec))
-        violations += bound_violations(x, rec, qp)
-        xf, yf = x.astype(np.float64), rec.astype(np.float64)
-        fin = np.isfinite(xf) & np.isfinite(yf)
-        if fin.any():
-            err = np.abs(xf[fin] - yf[fin])
-            ax = np.abs(xf[fin])
-            max_abs = max(max_abs, float(err.max()))
-            nz = ax > 0
-            if nz.any():
-                max_rel = max(max_rel, float((err[nz] / ax[nz]).max()))
-            sq += float(np.sum(err * err))
-            count += int(err.size)
-            lo, hi = min(lo, float(xf[fin].min())), max(hi, float(xf[fin].max()))
-        if ssim:
-            pairs.append((np.where(fin, xf, 0.0), np.where(fin, yf, 0.0)))
-            if len(pairs) * x[0].size > 1 << 26:
-                ssims.extend(_ssim_frames(pairs, hint if hint > 0 else hi - lo))
-                pairs = []
+    for t0, window in tez.iter_windows():
+        # a few frames at a time, so the float64 temporaries stay small for large frames
+        step = max(1, _SLAB_VALUES // max(1, window[0].size))
+        for s0 in range(0, len(window), step):
+            rec = window[s0:s0 + step]
+            x = original.read(t0 + s0, t0 + s0 + len(rec))
+            violations += bound_violations(x, rec, qp)
+            xf, yf = x.astype(np.float64), rec.astype(np.float64)
+            fin = np.isfinite(xf) & np.isfinite(yf)
+            if fin.any():
+                err = np.abs(xf[fin] - yf[fin])
+                ax = np.abs(xf[fin])
+                max_abs = max(max_abs, float(err.max()))
+                nz = ax > 0
+                if nz.any():
+                    max_rel = max(max_rel, float((err[nz] / ax[nz]).max()))
+                sq += float(np.sum(err * err))
+                count += int(err.size)
+                lo, hi = min(lo, float(xf[fin].min())), max(hi, float(xf[fin].max()))
+            if ssim:
+                pairs.append((np.where(fin, xf, 0.0), np.where(fin, yf, 0.0)))
+                if sum(len(p[0]) for p in pairs) * x[0].size > _SLAB_VALUES * 4:
+                    ssims.extend(_ssim_frames(pairs, hint if hint > 0 else hi - lo))
+                    pairs = []
+            del xf, yf, fin
         if progress:
-            progress(len(rec))
+            progress(len(window))
     drange = hi - lo if hi > lo else 0.0
     if ssim and pairs:
         ssims.extend(_ssim_frames(pairs, hint if hint > 0 else drange))

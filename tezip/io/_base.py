@@ -146,6 +146,14 @@ def remove(path: str) -> None:
             os.remove(path)
 
 
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def check_output_path(path: str, is_dir: bool, force: bool) -> None:
     """Refuse an existing output unless force; refuse to replace what we should not."""
     if not os.path.lexists(path):
@@ -247,9 +255,14 @@ class StackWriter:
         self._state = "committed"
 
     def _replace(self) -> None:
+        # the data reach the disk before the name does, so a power loss cannot leave a
+        # complete-looking name over missing blocks
         if not self.is_dir:
+            _fsync(self.temp)
             os.replace(self.temp, self.path)
             return
+        for entry in os.scandir(self.temp):
+            _fsync(entry.path)
         old = None
         if os.path.lexists(self.path):
             old = temp_path(self.path)
