@@ -87,10 +87,9 @@ def _leaves(obj: object, path: tuple = ()) -> list[tuple]:
     return [path]
 
 
-def craft(blob: bytes, rng: np.random.Generator) -> bytes:
-    """A file damaged *and resealed*: one window payload mutated, or one header field or
-    index entry set to an extreme value, then every checksum of the container recomputed,
-    as an attacker (or a buggy writer) would. Only the decoder's own checks stand."""
+def reseal(blob: bytes, edit) -> bytes:
+    """Rewrite a .tez image with ``edit(header, entries, payloads)`` applied (lists and a
+    dict it may change in place), every container checksum recomputed."""
     import copy
     import io
 
@@ -101,29 +100,44 @@ def craft(blob: bytes, rng: np.random.Generator) -> bytes:
     entries = list(r.entries)
     payloads = [r.payload(i) for i in range(len(entries))]
     r.close()
-    kind = int(rng.integers(0, 10))
-    if kind < 6:                                               # a window's bytes
-        i = int(rng.integers(0, len(payloads)))
-        payloads[i] = mutate(payloads[i], rng)
-    elif kind < 9:                                             # a header value
-        leaves = _leaves(header)
-        path = leaves[int(rng.integers(0, len(leaves)))]
-        node = header
-        for k in path[:-1]:
-            node = node[k]
-        node[path[-1]] = [0, -1, 1, 2**31, 2**62, -2**63, 1e300, "x", None, [], {}][
-            int(rng.integers(0, 11))]
-    else:                                                      # an index entry's frames
-        i = int(rng.integers(0, len(entries)))
-        e = entries[i]
-        entries[i] = type(e)(e.offset, e.length, e.t0,
-                             int(rng.choice([0, 1, e.frames + 1, 2**31])), e.crc)
+    edit(header, entries, payloads)
     buf = io.BytesIO()
     w = ContainerWriter(None, header, fileobj=buf)
     for e, p in zip(entries, payloads, strict=True):
         w.add_window(e.t0, e.frames, p)
     w.close()
     return buf.getvalue()
+
+
+def set_leaf(obj: dict, path: tuple, value: object) -> None:
+    node = obj
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+
+
+def craft(blob: bytes, rng: np.random.Generator) -> bytes:
+    """A file damaged *and resealed*: one window payload mutated, or one header field or
+    index entry set to an extreme value, then every checksum of the container recomputed,
+    as an attacker (or a buggy writer) would. Only the decoder's own checks stand."""
+    kind = int(rng.integers(0, 10))
+
+    def edit(header: dict, entries: list, payloads: list) -> None:
+        if kind < 6:                                           # a window's bytes
+            i = int(rng.integers(0, len(payloads)))
+            payloads[i] = mutate(payloads[i], rng)
+        elif kind < 9:                                         # a header value
+            leaves = _leaves(header)
+            path = leaves[int(rng.integers(0, len(leaves)))]
+            set_leaf(header, path, [0, -1, 1, 2**31, 2**62, -2**63, 1e300, "x", None, [], {}][
+                int(rng.integers(0, 11))])
+        else:                                                  # an index entry's frames
+            i = int(rng.integers(0, len(entries)))
+            e = entries[i]
+            entries[i] = type(e)(e.offset, e.length, e.t0,
+                                 int(rng.choice([0, 1, e.frames + 1, 2**31])), e.crc)
+
+    return reseal(blob, edit)
 
 
 def check_crafted(blob: bytes) -> str:

@@ -6,9 +6,12 @@ runs the same target longer."""
 from __future__ import annotations
 
 import numpy as np
-from fuzz_target import check, check_crafted, craft, mutate, seeds
+import pytest
+from fuzz_target import _leaves, check, check_crafted, craft, mutate, reseal, seeds, set_leaf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tezip.container import ContainerReader
 
 SEEDS = seeds(learned=False)     # the learned fixture is fuzzed by the long run only (speed)
 
@@ -38,3 +41,21 @@ def test_resealed_damage_reaches_the_decoder_and_still_fails_cleanly(which, seed
     and header validation must cope on their own (TezipError or a well-formed result)."""
     _, blob, _ = SEEDS[which]
     check_crafted(craft(blob, np.random.default_rng(seed)))
+
+
+BAD_VALUES = [-1, 2**62, 1e300, "x", None, [], {}]
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in seeds(learned=True)])
+def test_every_header_field_set_wrong_fails_cleanly(name):
+    """Each header field of each fixture (the learned one too), replaced by values of the
+    wrong type or size and resealed: a TezipError or a well-formed result, nothing else."""
+    blob = next(b for n, b, _ in seeds(learned=True) if n == name)
+    header = ContainerReader(blob).header
+    outcomes = set()
+    for path in _leaves(header):
+        for value in BAD_VALUES:
+            crafted = reseal(blob, lambda h, e, p, path=path, value=value:
+                             set_leaf(h, path, value))
+            outcomes.add(check_crafted(crafted))
+    assert "error" in outcomes

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 DEFAULT_WINDOW = 16
 _META_LEN = struct.Struct("<I")
 _MAX_META = 1 << 16
+_SHA256 = re.compile("[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -444,6 +446,9 @@ class TezFile:
         self.metadata = h.get("metadata") or {}
         rec = h.get("model")
         self.model_hash = rec.get("hash") if isinstance(rec, dict) else None
+        if rec is not None and not (isinstance(self.model_hash, str)
+                                    and _SHA256.fullmatch(self.model_hash)):
+            raise bad      # a learned window would name this hash in its messages
         self._starts = np.array([e.t0 for e in entries], np.int64)
 
     @property
