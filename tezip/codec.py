@@ -384,7 +384,7 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         vrange = (0.0, 0.0)
         if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
             vrange = value_range(stack)
-    qp = resolve(options.bound, dtype, vrange[1] - vrange[0])
+    qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
     wlen = window_length(options.window, math.prod(shape[1:]))
     header = build_header(stack, options, qp, vrange, wlen)
     candidates = options.candidates()

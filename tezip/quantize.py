@@ -23,7 +23,9 @@ Kinds of grid (``QuantParams.kind``):
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -101,9 +103,25 @@ def check_dtype(dtype: np.dtype) -> str:
     return name
 
 
-def resolve(bound: ErrorBound, dtype: np.dtype, value_range: float) -> QuantParams:
-    """Turn the user's bound into grid parameters for this stack (``value_range`` is
-    max - min over the finite values; 0 for a constant or all-NaN stack)."""
+def relative_bound(rel: float, value_range: float | tuple[float, float]) -> float:
+    """The largest float <= rel * (max - min), decided exactly: rounding the product (or
+    the difference) to nearest may land one ulp above the bound the user was promised."""
+    if isinstance(value_range, tuple):
+        lo, hi = value_range
+        exact = Fraction(rel) * (Fraction(hi) - Fraction(lo))
+    else:
+        exact = Fraction(rel) * Fraction(value_range)
+    if exact > Fraction(sys.float_info.max):
+        return sys.float_info.max
+    eb = float(exact)
+    return math.nextafter(eb, 0.0) if Fraction(eb) > exact else eb
+
+
+def resolve(bound: ErrorBound, dtype: np.dtype,
+            value_range: float | tuple[float, float]) -> QuantParams:
+    """Turn the user's bound into grid parameters for this stack (``value_range``: (min,
+    max) over the finite values, or their difference; 0 for a constant or all-NaN
+    stack). The enforced absolute bound never exceeds the exact one asked for."""
     name = check_dtype(dtype)
     is_int = name in INT_DTYPES
     if bound.mode == "lossless":
@@ -115,7 +133,7 @@ def resolve(bound: ErrorBound, dtype: np.dtype, value_range: float) -> QuantPara
     if bound.mode in ("abs", "absrel"):
         candidates.append(float(bound.abs))  # type: ignore[arg-type]
     if bound.mode in ("rel", "absrel"):
-        candidates.append(float(bound.rel) * float(value_range))  # type: ignore[arg-type]
+        candidates.append(relative_bound(float(bound.rel), value_range))  # type: ignore[arg-type]
     eb = min(candidates)
     if is_int:
         e = math.floor(min(eb, _MAX_INT_EB))  # beyond any integer range: same result
