@@ -59,3 +59,13 @@ def test_every_header_field_set_wrong_fails_cleanly(name):
                              set_leaf(h, path, value))
             outcomes.add(check_crafted(crafted))
     assert "error" in outcomes
+
+
+@pytest.mark.parametrize("learned,case", [(True, 313), (True, 29493), (False, 20683)])
+def test_cases_the_long_fuzz_run_found(learned, case):
+    """benchmarks/fuzz_decoder.py --seed 0 found these: a model hash of the wrong type
+    (TypeError), a zstd frame declaring a huge size (MemoryError), an ANS stream that
+    does not end in a zero word (ValueError). Each must be a clean TezipError."""
+    pool = seeds(learned=learned)
+    _, blob, _ = pool[case % len(pool)]
+    assert check_crafted(craft(blob, np.random.default_rng([0, case]))) == "error"

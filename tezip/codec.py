@@ -156,13 +156,7 @@ def _unzstd(data: bytes, size: int) -> bytes:
         if data:
             raise CorruptFileError("unexpected data in an empty section")
         return b""
-    try:
-        out = zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
-    except zstandard.ZstdError:
-        raise CorruptFileError("damaged compressed section") from None
-    if len(out) != size:
-        raise CorruptFileError("damaged compressed section")
-    return out
+    return entropy.unzstd_exact(data, size)
 
 
 def encode_window(x: np.ndarray, qp: QuantParams, candidates: tuple[str, ...] | str,

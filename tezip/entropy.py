@@ -112,10 +112,17 @@ def _maybe_zstd(data: bytes) -> tuple[bytes, bool]:
     return (z, True) if len(z) < len(data) * 0.97 else (data, False)
 
 
-def _unzstd(data: bytes, size: int) -> bytes:
+def unzstd_exact(data: bytes, size: int) -> bytes:
+    """zstd-decompress ``data`` that must give exactly ``size`` bytes; anything else
+    (damage, a frame that declares another size: zstd would allocate what a frame header
+    declares before looking at ``max_output_size``) is a CorruptFileError."""
     try:
+        declared = zstandard.frame_content_size(data)
+        if declared not in (-1, size):
+            raise CorruptFileError(f"damaged compressed section (declares {declared} bytes, "
+                                   f"{size} expected)")
         out = zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
-    except zstandard.ZstdError as exc:
+    except (zstandard.ZstdError, MemoryError) as exc:
         raise CorruptFileError(f"damaged compressed section ({exc})") from None
     if len(out) != size:
         raise CorruptFileError("damaged compressed section (wrong size)")
@@ -218,7 +225,7 @@ class _ClassDecoder:
                                          data[pos + lc + la + le:])
         width = 4 if flags & 16 else 2
         if flags & _F_COUNTS_Z:
-            counts_b = _unzstd(counts_b, width * alphabet)
+            counts_b = unzstd_exact(counts_b, width * alphabet)
         if len(counts_b) != width * alphabet:
             raise CorruptFileError("inconsistent residual model")
         counts = np.frombuffer(counts_b, "<u4" if width == 4 else "<u2").astype(np.int64)
@@ -235,13 +242,16 @@ class _ClassDecoder:
                 raise CorruptFileError("truncated residual stream")
             self.model = constriction.stream.model.Categorical(counts.astype(np.float64),
                                                                perfect=False)
-            self.coder = constriction.stream.stack.AnsCoder(
-                np.frombuffer(ans_b, np.uint32).copy())
+            try:
+                self.coder = constriction.stream.stack.AnsCoder(
+                    np.frombuffer(ans_b, np.uint32).copy())
+            except ValueError as exc:         # e.g. "never ends in a zero word"
+                raise CorruptFileError(f"damaged entropy-coded data ({exc})") from None
         self.escapes = np.zeros(0, np.uint64)
         self.esc_pos = 0
         if n_esc:
             if flags & _F_ESC_Z:
-                esc_b = _unzstd(esc_b, 8 * n_esc)
+                esc_b = unzstd_exact(esc_b, 8 * n_esc)
             if len(esc_b) != 8 * n_esc:
                 raise CorruptFileError("inconsistent escape section")
             self.escapes = np.frombuffer(esc_b, "<u8").astype(np.uint64)
@@ -249,7 +259,7 @@ class _ClassDecoder:
         if k:
             size = _low_size(n, k)
             if flags & _F_LOW_Z:
-                low_b = _unzstd(low_b, size)
+                low_b = unzstd_exact(low_b, size)
             if len(low_b) != size:
                 raise CorruptFileError("inconsistent low-bit section")
             self.low = _unpack_low(low_b, n, k)

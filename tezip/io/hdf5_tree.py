@@ -19,11 +19,13 @@ from typing import Any
 
 import zstandard
 
+from tezip.entropy import unzstd_exact
 from tezip.errors import CorruptFileError, OptionError, OutputError
 
 KEY = "hdf5_file"                 # the metadata key the record lives under
 SKELETON_LIMIT = 8 << 20          # compressed bytes; the .tez header holds at most 16 MB
 _KEPT_FILTERS = ("gzip", "lzf")   # always available to h5py for writing
+_MAX_SKELETON_BYTES = 1 << 30     # what a decoder accepts to unpack
 
 
 def _copy_attrs(src: Any, dst: Any) -> list[str]:
@@ -134,9 +136,12 @@ def restore(record: Any, temp: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
 
     try:
         packed = base64.b64decode(record["skeleton"], validate=True)
-        raw = zstandard.ZstdDecompressor().decompress(packed, max_output_size=int(record["size"]))
+        size = int(record["size"])
+        if not 0 < size <= _MAX_SKELETON_BYTES:
+            raise ValueError("bad skeleton size")
+        raw = unzstd_exact(packed, size)
         path = str(record["path"])
-    except (KeyError, TypeError, ValueError, zstandard.ZstdError):
+    except (KeyError, TypeError, ValueError):
         raise CorruptFileError("the recorded HDF5 file structure is damaged") from None
     try:
         with open(temp, "xb") as f:
