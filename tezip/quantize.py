@@ -59,7 +59,8 @@ class ErrorBound:
         for name in need:
             value = getattr(self, name)
             if value is None:
-                raise OptionError(f"mode '{self.mode}' needs a bound (--bound)")
+                flag = "--rel-bound" if self.mode == "absrel" and name == "rel" else "--bound"
+                raise OptionError(f"mode '{self.mode}' needs a bound ({flag})")
             if not math.isfinite(value) or value <= 0:
                 raise OptionError(
                     f"bound must be a positive finite number for mode '{self.mode}', "
