@@ -218,7 +218,7 @@ def decode_window(payload: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
         meta = json.loads(payload[_META_LEN.size:_META_LEN.size + mlen])
         name, n_frames, n_out = str(meta["p"]), int(meta["n"]), int(meta["o"])
         sizes, crc = [int(v) for v in meta["s"]], int(meta["c"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError):
         raise CorruptFileError("bad window metadata") from None
     shape = (frames, *frame_shape)
     n = math.prod(shape)
@@ -424,7 +424,7 @@ class TezFile:
             dtype = np.dtype(h["dtype"])
             self.quant = QuantParams.from_dict(h["quant"])
             window = int(h["window"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise bad from None
         if (len(shape) not in (3, 4) or min(shape) < 1 or max(shape) > 2**31
                 or self.quant.dtype != dtype.name or window < 1

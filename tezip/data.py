@@ -204,7 +204,7 @@ def load_manifest(root: str | os.PathLike) -> Manifest:
                 str(e["source"]) if e.get("source") is not None else None,
                 str(e["dataset"]) if e.get("dataset") is not None else None,
                 (int(sf[0]), int(sf[1])) if sf is not None else None)
-        except (KeyError, TypeError, ValueError, IndexError):
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError):
             raise CorruptFileError(f"{path}: shard entry {i} is malformed") from None
         if (Path(file).name != file or file in ("", ".", "..") or len(shape) not in (3, 4)
                 or frames != shape[0] or min(shape) < 1):

@@ -1045,7 +1045,7 @@ def verify_dataset(directory: str | os.PathLike[str],
             size, digest = int(e["bytes"]), str(e["sha256"])
             shape, dtype = [int(v) for v in e["shape"]], np.dtype(e["dtype"]).name
             first = int(e["first_frame"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             rep.problems.append((f"shard #{i}", "manifest entry is incomplete"))
             continue
         problem = None

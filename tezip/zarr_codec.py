@@ -205,7 +205,7 @@ class Tezip(Codec):
                 arr = arr.reshape(shape)
                 if meta.get("byteorder", "=") != "=":
                     arr = arr.astype(arr.dtype.newbyteorder(meta["byteorder"]))
-            except (KeyError, TypeError, ValueError, AttributeError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
                 raise CorruptFileError("tezip zarr chunk is damaged: its recorded chunk "
                                        "shape does not match the data") from None
         return ndarray_copy(arr, out) if out is not None else arr

@@ -141,7 +141,7 @@ def restore(record: Any, temp: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
             raise ValueError("bad skeleton size")
         raw = unzstd_exact(packed, size)
         path = str(record["path"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         raise CorruptFileError("the recorded HDF5 file structure is damaged") from None
     try:
         with open(temp, "xb") as f:
