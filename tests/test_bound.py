@@ -81,12 +81,18 @@ def _exact_range(a) -> Fraction:
     return Fraction(float(f.max())) - Fraction(float(f.min())) if f.size else Fraction(0)
 
 
+def _as_float(v: Fraction) -> float:
+    """A rational limit as a float for the fast pass; beyond the float range: inf."""
+    return math.inf if v > Fraction(np.finfo(np.float64).max) else float(v)
+
+
 def _assert_within(x, y, limit) -> None:
     """|x - y| <= limit for every value, decided exactly: a float pass, then rational
     arithmetic for every value within a relative 1e-9 of its limit (where float rounding
     of the difference or of the limit could hide a one-ulp violation)."""
-    lim = np.broadcast_to(np.asarray([float(v) for v in np.ravel(limit)] if
-                                     isinstance(limit, np.ndarray) else float(limit)), x.shape)
+    lim = np.broadcast_to(np.asarray([_as_float(v) for v in np.ravel(limit)] if
+                                     isinstance(limit, np.ndarray) else _as_float(limit)),
+                          x.shape)
     err = np.abs(x - y)
     assert (err <= lim * (1 + 1e-9)).all(), (err.max(), lim.max())
     near = np.flatnonzero(err >= lim * (1 - 1e-9))
@@ -94,7 +100,7 @@ def _assert_within(x, y, limit) -> None:
     for i in near:
         want = exact[i] if exact is not None else limit
         got = abs(Fraction(float(x.flat[i])) - Fraction(float(y.flat[i])))
-        assert got <= want, (float(x.flat[i]), float(y.flat[i]), float(want))
+        assert got <= want, (float(x.flat[i]), float(y.flat[i]), _as_float(want))
 
 
 def _check(a, b, mode, bound, rel_bound=None):
