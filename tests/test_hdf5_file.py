@@ -183,3 +183,63 @@ def test_chunked_dataset_is_read_one_row_of_chunks_at_a_time(tmp_path):
     for a, b in first_pass:
         covered[a:b] += 1
     assert covered.max() == 1 and covered.min() == 1
+
+
+def test_compress_into_the_hdf5_file_itself(tmp_path):
+    """OUTPUT.nxs: the same file with the stack replaced by the compressed stream; its
+    metadata stays readable with h5py, and tezip reads the stream in place."""
+    data = stack_u16(t=24)
+    src, small, back = tmp_path / "run.nxs", tmp_path / "small.nxs", tmp_path / "back.nxs"
+    nexus_file(src, data)
+    tezip_cli("compress", src, small, "--dataset", STACK, "--mode", "abs", "--bound", "2",
+              "--predictor", "classical")
+    before, after = walk(src), walk(small)
+    changed = {k for k in before if before[k] != after.get(k)}
+    assert changed == {"entry/instrument/detector/data", "entry/data/data"}
+    with h5py.File(small, "r") as f:
+        blob = f[STACK]
+        assert blob.dtype == np.uint8 and blob.attrs["tezip_stream"] == "tez"
+        assert blob.attrs["units"] == "counts"                    # the stack's own attributes
+        assert list(blob.attrs["tezip_shape"]) == list(data.shape)
+        assert f["/entry/data/data"] == blob                      # hard link kept
+        assert f["/entry/title"][()] == b"speckle run 42"
+    assert small.stat().st_size < src.stat().st_size
+    with tezip.open(small) as f:                                  # random access in place
+        part = f[5:9]
+        assert np.abs(part.astype(int) - data[5:9].astype(int)).max() <= 2
+    assert "(24, 24, 20) uint16" in tezip_cli("info", small).stdout
+    assert "OK" in tezip_cli("verify", src, small, "--dataset", STACK).stdout
+    tezip_cli("decompress", small, back)
+    assert walk(back) == walk(src)
+    with h5py.File(back, "r") as f:
+        assert np.abs(f[STACK][()].astype(int) - data.astype(int)).max() <= 2
+
+
+def test_npy_into_hdf5_and_data_only(tmp_path):
+    data = stack_u16(t=10)
+    np.save(tmp_path / "a.npy", data)
+    tezip_cli("compress", tmp_path / "a.npy", tmp_path / "a.h5", "--mode", "lossless")
+    assert np.array_equal(tezip.decompress(tmp_path / "a.h5"), data)
+    nexus_file(tmp_path / "run.h5", data)
+    tezip_cli("compress", tmp_path / "run.h5", tmp_path / "d.h5", "--dataset", STACK,
+              "--data-only", "--mode", "lossless")
+    with h5py.File(tmp_path / "d.h5", "r") as f:
+        assert list(f) == ["entry"] and f[STACK].attrs["units"] == "counts"
+    assert np.array_equal(tezip.decompress(tmp_path / "d.h5"), data)
+
+
+def test_hdf5_without_a_stream_and_a_damaged_stream(tmp_path):
+    nexus_file(tmp_path / "plain.h5", stack_u16())
+    p = tezip_cli("decompress", tmp_path / "plain.h5", tmp_path / "x.npy", ok=False)
+    assert p.returncode == 1 and "without a tezip stream" in p.stderr
+    tezip_cli("compress", tmp_path / "plain.h5", tmp_path / "c.h5", "--dataset", STACK,
+              "--mode", "lossless")
+    with h5py.File(tmp_path / "c.h5", "r") as f:
+        offset = f[STACK].id.get_offset()
+    raw = bytearray((tmp_path / "c.h5").read_bytes())
+    raw[offset + 40] ^= 0xFF                                      # inside the stream
+    (tmp_path / "c.h5").write_bytes(bytes(raw))
+    p = tezip_cli("decompress", tmp_path / "c.h5", tmp_path / "x.npy", ok=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "damaged" in p.stderr
+    assert not (tmp_path / "x.npy").exists()
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["c.h5", "plain.h5"]

@@ -101,11 +101,14 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
              dataset: str | None, fmt: str | None, model: Path | None, data_only: bool,
              force: bool, as_json: bool) -> None:
     """Compress INPUT (.npy, HDF5, multi-page TIFF, or a folder of PNG/TIFF frames) into
-    OUTPUT.tez.
+    OUTPUT.tez, or into OUTPUT.h5 / .nxs.
 
     From an HDF5 / NeXus file, the .tez also keeps the rest of the file (groups, other
     datasets, attributes, links) unless --data-only; decompressing to .h5 then gives back
-    an equivalent file with the stack in place."""
+    an equivalent file with the stack in place. An .h5/.nxs/.hdf5 OUTPUT is that HDF5 file
+    itself, its stack replaced by the compressed stream (a uint8 dataset that keeps the
+    stack's attributes): the metadata stays readable by any HDF5 tool, and tezip
+    decompress / info / verify read the file directly."""
     if mode is None:
         mode = "rel" if bound is not None else "lossless"
     if mode == "absrel" and rel_bound is None:
@@ -116,10 +119,14 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
                    model=None if model is None else str(model), threshold=threshold)
     if output.exists() and not force:
         raise OutputExistsError(f"{output} exists; pass --force to overwrite it")
+    embed = output.suffix.lower() in _HDF5_SUFFIXES
     with io.open_input(input, dataset=dataset, format=fmt, keep_file=not data_only) as stack, \
             _bar(stack.shape[0], "compress") as bar:
         t = time.perf_counter()
-        stats = compress_stack(stack, output, opts, force=force, progress=bar.update)
+        if embed:
+            stats = _compress_into_hdf5(stack, output, opts, bar.update)
+        else:
+            stats = compress_stack(stack, output, opts, force=force, progress=bar.update)
         dt = time.perf_counter() - t
     summary = {"input": str(input), "output": str(output), "shape": list(stack.shape),
                "dtype": str(stack.dtype), "mode": mode, "bound": bound, "rel_bound": rel_bound,
@@ -200,6 +207,31 @@ def info(file: Path, as_json: bool) -> None:
         lines.append(f"hdf5 file  rest of the file kept ({_mb(tree['skeleton_bytes'])}); "
                      f"stack at {tree.get('path')}")
     click.echo("\n".join(lines))
+
+
+_HDF5_SUFFIXES = (".h5", ".hdf5", ".nxs", ".hdf")
+
+
+def _compress_into_hdf5(stack: Any, output: Path, opts: Options, progress: Any) -> Any:
+    """OUTPUT.h5: the input file's groups, datasets and attributes, with the stack replaced
+    by a uint8 dataset holding the .tez stream (read in place by decompress, info, verify,
+    tezip.open). Written under temporary names, renamed when complete."""
+    tag = f".{output.name}.{os.getpid()}"
+    tez, h5 = output.with_name(tag + ".tez.tmp"), output.with_name(tag + ".h5.tmp")
+    try:
+        stats = compress_stack(stack, tez, opts, force=True, progress=progress)
+        meta = stack.metadata or {}
+        hdf5_tree.embed(str(tez), str(h5), meta.get(hdf5_tree.KEY),
+                        meta.get("dataset") or "/data", meta.get("attrs") or {},
+                        tuple(stack.shape), np.dtype(stack.dtype).name)
+        with open(h5, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(h5, output)
+    finally:
+        tez.unlink(missing_ok=True)
+        h5.unlink(missing_ok=True)
+    stats.compressed_bytes = output.stat().st_size
+    return stats
 
 
 def _public_metadata(meta: dict) -> dict:

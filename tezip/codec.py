@@ -423,6 +423,11 @@ class TezFile:
 
     def __init__(self, source: str | os.PathLike | bytes, model: str | None = None) -> None:
         self.model = model
+        if isinstance(source, (str, os.PathLike)):
+            from .io import hdf5_tree  # an HDF5 file with a .tez stream in place of a stack
+
+            if hdf5_tree.is_hdf5(source):
+                source = hdf5_tree.open_embedded(os.fspath(source))  # type: ignore[assignment]
         self._c = ContainerReader(source)
         try:
             self._validate()

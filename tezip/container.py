@@ -117,10 +117,14 @@ class ContainerWriter:
 class ContainerReader:
     """Validates the structure on open; ``payload(i)`` returns a checksum-verified window."""
 
-    def __init__(self, source: str | os.PathLike | bytes | bytearray | memoryview) -> None:
+    def __init__(self, source: str | os.PathLike | bytes | bytearray | memoryview | BinaryIO
+                 ) -> None:
         if isinstance(source, (bytes, bytearray, memoryview)):
             self._f: BinaryIO = io.BytesIO(bytes(source))
             self.name = "<bytes>"
+        elif hasattr(source, "read") and hasattr(source, "seek"):
+            self._f = source                      # e.g. a .tez stream inside an HDF5 file
+            self.name = str(getattr(source, "name", "<stream>"))
         else:
             self.name = str(source)
             try:

@@ -14,15 +14,18 @@ into which the decoder writes the frames.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
+import os
 from typing import Any
 
 import zstandard
 
 from tezip.entropy import unzstd_exact
-from tezip.errors import CorruptFileError, OptionError, OutputError
+from tezip.errors import CorruptFileError, InputError, OptionError, OutputError
 
 KEY = "hdf5_file"                 # the metadata key the record lives under
+STREAM_ATTR = "tezip_stream"      # marks a uint8 dataset holding a whole .tez stream
 SKELETON_LIMIT = 8 << 20          # compressed bytes; the .tez header holds at most 16 MB
 _KEPT_FILTERS = ("gzip", "lzf")   # always available to h5py for writing
 _MAX_SKELETON_BYTES = 1 << 30     # what a decoder accepts to unpack
@@ -154,3 +157,126 @@ def restore(record: Any, temp: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
         file.close()
         raise CorruptFileError("the recorded HDF5 file structure does not match the stack")
     return file, ds
+
+
+# ---------------------------------------------------------------------------------------
+# a .tez stream embedded in an HDF5 file in place of the stack
+
+
+def embed(tez_path: str, out: str, record: dict | None, dataset: str, attrs: dict,
+          shape: tuple[int, ...], dtype: str) -> None:
+    """Write ``out``: the original file's structure (``record``, or a file holding just
+    ``dataset`` when None) with the stack at ``dataset`` replaced by a contiguous uint8
+    dataset holding the whole .tez stream at ``tez_path``. The stack's attributes stay on
+    it (NeXus ``signal``, units, ...), so tools still browse the file; tezip reads the
+    stream in place (``open_embedded``)."""
+    import h5py
+    import numpy as np
+
+    size = os.path.getsize(tez_path)
+    if record is not None:
+        file, placeholder = restore(record, out, shape)
+        path, aliases = str(record["path"]), [str(a) for a in record.get("aliases", [])]
+    else:
+        file, placeholder, path, aliases = h5py.File(out, "x"), None, dataset, []
+    try:
+        parent = path.rsplit("/", 1)[0] or "/"
+        group = file.require_group(parent)
+        tmp = f"{parent.rstrip('/')}/.tezip-{os.getpid()}"
+        blob = group.create_dataset(tmp, shape=(size,), dtype=np.uint8)   # contiguous
+        if placeholder is not None:
+            _copy_attrs(placeholder, blob)
+            for name in [path, *aliases]:
+                del file[name]
+        else:
+            for key, value in attrs.items():
+                with contextlib.suppress(TypeError, ValueError):
+                    blob.attrs[key] = value
+        file.move(tmp, path)
+        blob = file[path]
+        blob.attrs[STREAM_ATTR] = "tez"
+        blob.attrs["tezip_shape"] = np.array(shape, np.int64)
+        blob.attrs["tezip_dtype"] = dtype
+        for name in aliases:
+            file[name] = blob
+        with open(tez_path, "rb") as f:
+            for pos in range(0, size, _EMBED_PIECE):
+                piece = f.read(_EMBED_PIECE)
+                blob[pos:pos + len(piece)] = np.frombuffer(piece, np.uint8)
+    finally:
+        file.close()
+
+
+_EMBED_PIECE = 64 << 20
+
+
+class _Window(io.RawIOBase):
+    """Read-only view of ``size`` bytes at ``offset`` of an open file."""
+
+    def __init__(self, f: Any, offset: int, size: int, name: str) -> None:
+        self._f, self._off, self._size, self._pos, self.name = f, offset, size, 0, name
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._size - self._pos if n is None or n < 0 else min(n, self._size - self._pos)
+        if n <= 0:
+            return b""
+        self._f.seek(self._off + self._pos)
+        data = self._f.read(n)
+        self._pos += len(data)
+        return data
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def is_hdf5(path: Any) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == b"\x89HDF\r\n\x1a\n"
+    except (OSError, TypeError):
+        return False
+
+
+def open_embedded(path: str) -> _Window:
+    """The .tez stream that ``tezip compress`` embedded in an HDF5 file, as a read-only
+    file object over its bytes (read in place: no copy, random access kept)."""
+    import h5py
+
+    found = []
+    try:
+        with h5py.File(path, "r") as f:
+            def visit(name: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset) and STREAM_ATTR in obj.attrs:
+                    found.append((obj.name, obj.id.get_offset(), obj.shape, obj.dtype,
+                                  obj.chunks, obj.compression))
+            f.visititems(visit)
+    except OSError as exc:
+        raise CorruptFileError(f"{path}: cannot read as HDF5 ({exc})") from None
+    names = sorted({x[0] for x in found})
+    if not found:
+        raise InputError(f"{path} is an HDF5 file without a tezip stream in it; compress it "
+                         "with 'tezip compress' (or give a .tez file)")
+    if len(names) > 1:
+        raise InputError(f"{path} holds several tezip streams ({', '.join(names)}); "
+                         "tezip reads files with one")
+    name, offset, shape, dtype, chunks, compression = found[0]
+    if (offset is None or len(shape) != 1 or dtype != "uint8" or chunks is not None
+            or compression is not None):
+        raise CorruptFileError(f"{path}: the tezip stream at {name} is not stored as "
+                               "contiguous bytes; the file is damaged or was rewritten")
+    return _Window(open(path, "rb"), int(offset), int(shape[0]), f"{path}:{name}")  # noqa: SIM115
