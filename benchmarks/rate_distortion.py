@@ -29,30 +29,13 @@ DEFAULT_BOUNDS = "1e-2,3e-3,1e-3,3e-4,1e-4,lossless"
 DEFAULT_PREDICTORS = "classical,prednet+interp,auto"
 
 
-def parse_bounds(text: str) -> list[float | None]:
-    out: list[float | None] = []
-    for item in text.replace(" ", ",").split(","):
-        if not item:
-            continue
-        if item.lower() in ("lossless", "none", "0"):
-            out.append(None)
-            continue
-        value = float(item)
-        if not 0 < value < 1:
-            raise argparse.ArgumentTypeError(f"a relative bound must be in (0, 1): {item}")
-        out.append(value)
-    if not out:
-        raise argparse.ArgumentTypeError("no bounds given")
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     default_data = os.environ.get("TEZIP_DATA") or os.path.normpath(
         os.path.join(REPO, "..", "shared", "data"))
     ap.add_argument("--data", default=default_data,
                     help="directory of *.npy stacks (default: %(default)s)")
-    ap.add_argument("--bounds", type=parse_bounds, default=parse_bounds(DEFAULT_BOUNDS),
+    ap.add_argument("--bounds", type=bench.parse_bounds, default=bench.parse_bounds(DEFAULT_BOUNDS),
                     help=f"comma-separated fractions of the value range; 'lossless' for "
                          f"bit-exact (default: {DEFAULT_BOUNDS})")
     ap.add_argument("--predictors", default=DEFAULT_PREDICTORS,

@@ -20,29 +20,12 @@ sys.path.insert(0, REPO)
 from tezip import bench  # noqa: E402
 
 
-def parse_bounds(text: str) -> list[float | None]:
-    out: list[float | None] = []
-    for item in text.replace(" ", ",").split(","):
-        if not item:
-            continue
-        if item.lower() in ("lossless", "none", "0"):
-            out.append(None)
-            continue
-        value = float(item)
-        if not 0 < value < 1:
-            raise argparse.ArgumentTypeError(f"a relative bound must be in (0, 1): {item}")
-        out.append(value)
-    if not out:
-        raise argparse.ArgumentTypeError("no bounds given")
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=os.path.normpath(os.path.join(REPO, "..", "shared",
                                                                     "data")),
                     help="directory of *.npy stacks (default: %(default)s)")
-    ap.add_argument("--bounds", type=parse_bounds, default=list(bench.DEFAULT_BOUNDS),
+    ap.add_argument("--bounds", type=bench.parse_bounds, default=list(bench.DEFAULT_BOUNDS),
                     help="comma-separated fractions of the value range; 'lossless' for "
                          "bit-exact (default: 1e-2,1e-3,1e-4,lossless)")
     ap.add_argument("--predictors", default="auto",

@@ -57,19 +57,29 @@ def mutate(blob: bytes, rng: np.random.Generator) -> bytes:
     return bytes(b)
 
 
-def check(blob: bytes, reference: np.ndarray) -> str:
+def _decode(blob: bytes, limit: int) -> tuple[np.ndarray, tuple, np.dtype] | None:
+    """Decode ``blob`` whole: None on a TezipError, else (array, declared shape, dtype);
+    AssertionError if the decoder's peak allocation passed ``limit`` bytes."""
     tracemalloc.start()
     try:
         try:
             with tezip.open(blob) as f:
-                got = f.read_all()
+                got = f.read_all(), tuple(f.shape), f.dtype
         except tezip.TezipError:
-            return "error"
+            return None
         finally:
             peak = tracemalloc.get_traced_memory()[1]
-        assert peak <= MEMORY_LIMIT, f"decoder allocated {peak} bytes for a {len(blob)}-byte file"
+        assert peak <= limit, f"decoder allocated {peak} bytes for a {len(blob)}-byte file"
     finally:
         tracemalloc.stop()
+    return got
+
+
+def check(blob: bytes, reference: np.ndarray) -> str:
+    decoded = _decode(blob, MEMORY_LIMIT)
+    if decoded is None:
+        return "error"
+    got = decoded[0]
     assert got.dtype == reference.dtype and got.shape == reference.shape, \
         "a damaged file decoded without error to another shape or dtype"
     assert got.tobytes() == reference.tobytes(), "a damaged file decoded to different data"
@@ -143,18 +153,9 @@ def craft(blob: bytes, rng: np.random.Generator) -> bytes:
 def check_crafted(blob: bytes) -> str:
     """A resealed file may legitimately decode to other data; what must hold: a TezipError
     or a result of the declared shape and dtype, no other exception, bounded memory."""
-    tracemalloc.start()
-    try:
-        try:
-            with tezip.open(blob) as f:
-                got = f.read_all()
-                shape, dtype = tuple(f.shape), f.dtype
-        except tezip.TezipError:
-            return "error"
-        finally:
-            peak = tracemalloc.get_traced_memory()[1]
-        assert peak <= CRAFTED_MEMORY_LIMIT, f"decoder allocated {peak} bytes"
-    finally:
-        tracemalloc.stop()
+    decoded = _decode(blob, CRAFTED_MEMORY_LIMIT)
+    if decoded is None:
+        return "error"
+    got, shape, dtype = decoded
     assert got.shape == shape and got.dtype == dtype
     return "decoded"

@@ -181,5 +181,5 @@ def test_rate_distortion_script_defaults():
         import rate_distortion
     finally:
         sys.path.pop(0)
-    assert rate_distortion.parse_bounds(rate_distortion.DEFAULT_BOUNDS) == [
+    assert bench.parse_bounds(rate_distortion.DEFAULT_BOUNDS) == [
         1e-2, 3e-3, 1e-3, 3e-4, 1e-4, None]

@@ -75,6 +75,25 @@ Progress = Callable[[str], None]
 # measuring
 
 
+def parse_bounds(text: str) -> list[float | None]:
+    """'1e-2,1e-3,lossless' -> [0.01, 0.001, None]; a relative bound must be in (0, 1).
+    Raises ValueError naming the bad item (argparse shows it as a usage error)."""
+    out: list[float | None] = []
+    for item in text.replace(" ", ",").split(","):
+        if not item:
+            continue
+        if item.lower() in ("lossless", "none", "0"):
+            out.append(None)
+            continue
+        value = float(item)
+        if not 0 < value < 1:
+            raise ValueError(f"a relative bound must be in (0, 1): {item}")
+        out.append(value)
+    if not out:
+        raise ValueError("no bounds given")
+    return out
+
+
 def _best_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     """Run ``fn`` ``repeat`` times; return the shortest wall time and the last result."""
     best, out = math.inf, None
