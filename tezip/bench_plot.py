@@ -10,11 +10,11 @@ figure is drawn, with the Agg backend (no display needed).
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from .bench import LOSSLESS, SPERR, SZ3, ZFP, Row
+from .io import atomic_output
 
 # codec -> (label, colour, marker, line style, line width); others get the default cycle
 _STYLE: dict[str, tuple[str, str, str, str, float]] = {
@@ -138,13 +138,11 @@ def plot_rd(rows: list[Row], out: str | Path, title: str | None = None) -> Path:
     top = 1.0 - (1.0 if title else 0.75) / fig.get_figheight()
     fig.tight_layout(rect=(0, 0, 1, top))
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
-        fig.savefig(tmp, dpi=110, format=out.suffix.lstrip(".") or "png")
-        os.replace(tmp, out)                    # never a half-written plot under its name
+        with atomic_output(out) as tmp:       # never a half-written plot under its name
+            fig.savefig(tmp, dpi=110, format=out.suffix.lstrip(".") or "png")
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
     return out
 
 

@@ -216,20 +216,16 @@ def _compress_into_hdf5(stack: Any, output: Path, opts: Options, progress: Any) 
     """OUTPUT.h5: the input file's groups, datasets and attributes, with the stack replaced
     by a uint8 dataset holding the .tez stream (read in place by decompress, info, verify,
     tezip.open). Written under temporary names, renamed when complete."""
-    tag = f".{output.name}.{os.getpid()}"
-    tez, h5 = output.with_name(tag + ".tez.tmp"), output.with_name(tag + ".h5.tmp")
-    try:
-        stats = compress_stack(stack, tez, opts, force=True, progress=progress)
-        meta = stack.metadata or {}
-        hdf5_tree.embed(str(tez), str(h5), meta.get(hdf5_tree.KEY),
-                        meta.get("dataset") or "/data", meta.get("attrs") or {},
-                        tuple(stack.shape), np.dtype(stack.dtype).name)
-        with open(h5, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(h5, output)
-    finally:
-        tez.unlink(missing_ok=True)
-        h5.unlink(missing_ok=True)
+    with io.atomic_output(output) as h5:
+        tez = Path(h5 + ".tez")                          # scratch: the stream to embed
+        try:
+            stats = compress_stack(stack, tez, opts, force=True, progress=progress)
+            meta = stack.metadata or {}
+            hdf5_tree.embed(str(tez), h5, meta.get(hdf5_tree.KEY),
+                            meta.get("dataset") or "/data", meta.get("attrs") or {},
+                            tuple(stack.shape), np.dtype(stack.dtype).name)
+        finally:
+            tez.unlink(missing_ok=True)
     stats.compressed_bytes = output.stat().st_size
     return stats
 
@@ -428,13 +424,8 @@ def bench(data: tuple[Path, ...], bounds: str, preds: str, repeat: int, codecs: 
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Write under a temporary name and rename, so no half-written file carries the name."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with io.atomic_output(path) as tmp:
+        Path(tmp).write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:

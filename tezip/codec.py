@@ -424,9 +424,9 @@ class TezFile:
     def __init__(self, source: str | os.PathLike | bytes, model: str | None = None) -> None:
         self.model = model
         if isinstance(source, (str, os.PathLike)):
-            from .io import hdf5_tree  # an HDF5 file with a .tez stream in place of a stack
+            from .io import hdf5_tree, sniff_format  # a .tez stream inside an HDF5 file
 
-            if hdf5_tree.is_hdf5(source):
+            if sniff_format(source) == "hdf5":
                 source = hdf5_tree.open_embedded(os.fspath(source))  # type: ignore[assignment]
         self._c = ContainerReader(source)
         try:

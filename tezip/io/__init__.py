@@ -21,6 +21,7 @@ from tezip.io._base import (
     OutputError,
     Stack,
     StackWriter,
+    atomic_output,
     check_layout,
     check_output_path,
     display_name,
@@ -33,9 +34,11 @@ __all__ = [
     "OutputError",
     "Stack",
     "StackWriter",
+    "atomic_output",
     "detect_format",
     "open_input",
     "open_output",
+    "sniff_format",
 ]
 
 _EXTENSIONS = {
@@ -76,7 +79,7 @@ def detect_format(path: str | os.PathLike[str], format: str | None = None) -> st
     if ext in _EXTENSIONS:
         return _EXTENSIONS[ext]
     if os.path.isfile(path):
-        fmt = _sniff(path)
+        fmt = sniff_format(path)
         if fmt:
             return fmt
     elif not ext:
@@ -87,7 +90,8 @@ def detect_format(path: str | os.PathLike[str], format: str | None = None) -> st
     )
 
 
-def _sniff(path: str) -> str | None:
+def sniff_format(path: str | os.PathLike[str]) -> str | None:
+    """The format a file's first bytes announce (npy, hdf5, tiff), or None."""
     try:
         with open(path, "rb") as f:
             head = f.read(8)

@@ -8,6 +8,7 @@ import operator
 import os
 import secrets
 import shutil
+from collections.abc import Iterator
 from typing import Any, Self
 
 import numpy as np
@@ -152,6 +153,19 @@ def _fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
+    """A hidden temporary name next to ``path`` to write; on success it is fsynced and
+    renamed to ``path``, on failure removed: no half-written file ever carries the name."""
+    tmp = temp_path(os.fspath(path))
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, path)
+    finally:
+        remove(tmp)
 
 
 def check_output_path(path: str, is_dir: bool, force: bool) -> None:

@@ -244,14 +244,6 @@ class _Window(io.RawIOBase):
         super().close()
 
 
-def is_hdf5(path: Any) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(8) == b"\x89HDF\r\n\x1a\n"
-    except (OSError, TypeError):
-        return False
-
-
 def open_embedded(path: str) -> _Window:
     """The .tez stream that ``tezip compress`` embedded in an HDF5 file, as a read-only
     file object over its bytes (read in place: no copy, random access kept)."""
