@@ -213,78 +213,57 @@ class Harness:
             cmd = [mpi, "-n", str(ranks), *cmd]
         return cmd
 
-    # -- compress ---------------------------------------------------------------------
-    def compress_trials(self, n: int) -> Row:
-        row = Row("compress")
+    # -- compress and decompress: one output file -----------------------------------
+    def _file_trials(self, name: str, n: int, t_ref: float, out_of, cmd_of, load,
+                     keep: bool) -> Row:
+        """``n`` trials of one command writing one file: kill at a random moment, check
+        that the output is absent or complete and correct, rerun, check again."""
+        row = Row(name)
         for i in range(n):
-            out = self.work / f"c{i}.tez"
-            delay = self.rng.uniform(0, self.t_compress)
-            killed, _ = kill_after(tezip_cmd("compress", str(self.src), str(out), *CODEC), delay)
+            out = out_of(i)
+            delay = self.rng.uniform(0, t_ref)
+            killed, _ = kill_after(tezip_cmd(*cmd_of(out)), delay)
             row.record_kill(killed)
             fail = len(row.failures)
             present = out.exists()
             if present:
                 try:
-                    if np.array_equal(decode_tez(out), self.ref):
+                    if np.array_equal(load(out), self.ref):
                         row.present_valid += 1
                     else:
-                        row.failures.append(f"compress trial {i}: {out.name} decodes to other data")
+                        row.failures.append(f"{name} trial {i}: {out.name} differs")
                 except Exception as exc:  # noqa: BLE001 - any failure to decode is the finding
-                    row.failures.append(f"compress trial {i}: partial {out.name}: {exc}")
+                    row.failures.append(f"{name} trial {i}: partial {out.name}: {exc}")
             else:
                 row.absent += 1
             tmp = temp_files(self.work, out.name)
             row.temp_after_kill += len(tmp)
             row.trials_with_temp += bool(tmp)
             force = ["--force"] if present else []
-            r = run(tezip_cmd("compress", str(self.src), str(out), *CODEC, *force))
-            if r.returncode == 0 and np.array_equal(decode_tez(out), self.ref):
+            r = run(tezip_cmd(*cmd_of(out), *force))
+            if r.returncode == 0 and np.array_equal(load(out), self.ref):
                 row.rerun_ok += 1
             else:
-                row.failures.append(f"compress trial {i}: rerun failed: {r.stderr.strip()}")
+                row.failures.append(f"{name} trial {i}: rerun failed: {r.stderr.strip()}")
             row.temp_after_rerun += len(temp_files(self.work, out.name))
-            self.say(f"compress {i}: kill at {delay:.2f} s, "
+            if not keep:
+                out.unlink(missing_ok=True)
+            self.say(f"{name} {i} ({out.suffix}): kill at {delay:.2f} s, "
                      f"{'killed' if killed else 'finished'}, output "
                      f"{'present' if present else 'absent'}, {len(tmp)} temp file(s)"
                      + ("" if len(row.failures) == fail else " FAIL"))
         return row
 
-    # -- decompress -------------------------------------------------------------------
+    def compress_trials(self, n: int) -> Row:
+        return self._file_trials(
+            "compress", n, self.t_compress, lambda i: self.work / f"c{i}.tez",
+            lambda out: ("compress", str(self.src), str(out), *CODEC), decode_tez, keep=True)
+
     def decompress_trials(self, n: int) -> Row:
-        row = Row("decompress")
-        for i in range(n):
-            out = self.work / (f"d{i}.h5" if i % 3 == 2 else f"d{i}.npy")
-            delay = self.rng.uniform(0, self.t_decompress)
-            killed, _ = kill_after(tezip_cmd("decompress", str(self.ref_tez), str(out)), delay)
-            row.record_kill(killed)
-            fail = len(row.failures)
-            present = out.exists()
-            if present:
-                try:
-                    if np.array_equal(load_output(out), self.ref):
-                        row.present_valid += 1
-                    else:
-                        row.failures.append(f"decompress trial {i}: {out.name} differs")
-                except Exception as exc:  # noqa: BLE001
-                    row.failures.append(f"decompress trial {i}: partial {out.name}: {exc}")
-            else:
-                row.absent += 1
-            tmp = temp_files(self.work, out.name)
-            row.temp_after_kill += len(tmp)
-            row.trials_with_temp += bool(tmp)
-            force = ["--force"] if present else []
-            r = run(tezip_cmd("decompress", str(self.ref_tez), str(out), *force))
-            if r.returncode == 0 and np.array_equal(load_output(out), self.ref):
-                row.rerun_ok += 1
-            else:
-                row.failures.append(f"decompress trial {i}: rerun failed: {r.stderr.strip()}")
-            row.temp_after_rerun += len(temp_files(self.work, out.name))
-            out.unlink(missing_ok=True)
-            self.say(f"decompress {i} ({out.suffix}): kill at {delay:.2f} s, "
-                     f"{'killed' if killed else 'finished'}, output "
-                     f"{'present' if present else 'absent'}, {len(tmp)} temp file(s)"
-                     + ("" if len(row.failures) == fail else " FAIL"))
-        return row
+        return self._file_trials(
+            "decompress", n, self.t_decompress,
+            lambda i: self.work / (f"d{i}.h5" if i % 3 == 2 else f"d{i}.npy"),
+            lambda out: ("decompress", str(self.ref_tez), str(out)), load_output, keep=False)
 
     # -- prepare ----------------------------------------------------------------------
     def prepare_trials(self, n: int, mpi_every: int = 3) -> Row:
