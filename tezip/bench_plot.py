@@ -139,7 +139,7 @@ def plot_rd(rows: list[Row], out: str | Path, title: str | None = None) -> Path:
     fig.tight_layout(rect=(0, 0, 1, top))
     out = Path(out)
     try:
-        with atomic_output(out) as tmp:       # never a half-written plot under its name
+        with atomic_output(out, force=True) as tmp:       # never a half-written plot under its name
             fig.savefig(tmp, dpi=110, format=out.suffix.lstrip(".") or "png")
     finally:
         plt.close(fig)

@@ -18,8 +18,9 @@ import click
 import numpy as np
 
 from . import __version__, io, make_bound, predictors
+from .atomic import check_target, temp_name
 from .codec import DEFAULT_WINDOW, Options, TezFile, compress_stack
-from .errors import InputError, OptionError, OutputExistsError, TezipError
+from .errors import InputError, OptionError, TezipError
 from .io import hdf5_tree
 from .metrics import compare_stacks
 
@@ -117,14 +118,18 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
         raise OptionError("--rel-bound is only for --mode absrel")
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
                    model=None if model is None else str(model), threshold=threshold)
-    if output.exists() and not force:
-        raise OutputExistsError(f"{output} exists; pass --force to overwrite it")
-    embed = output.suffix.lower() in _HDF5_SUFFIXES
+    suffix = output.suffix.lower()
+    if suffix not in (".tez", *_HDF5_SUFFIXES):
+        raise OptionError(f"{output}: compress writes a .tez file, or an HDF5 file "
+                          f"({', '.join(_HDF5_SUFFIXES)}) with the compressed stream inside; "
+                          "give the output one of those extensions")
+    check_target(output, force=force)       # before reading anything
+    embed = suffix in _HDF5_SUFFIXES
     with io.open_input(input, dataset=dataset, format=fmt, keep_file=not data_only) as stack, \
             _bar(stack.shape[0], "compress") as bar:
         t = time.perf_counter()
         if embed:
-            stats = _compress_into_hdf5(stack, output, opts, bar.update)
+            stats = _compress_into_hdf5(stack, output, opts, bar.update, force)
         else:
             stats = compress_stack(stack, output, opts, force=force, progress=bar.update)
         dt = time.perf_counter() - t
@@ -212,12 +217,13 @@ def info(file: Path, as_json: bool) -> None:
 _HDF5_SUFFIXES = (".h5", ".hdf5", ".nxs", ".hdf")
 
 
-def _compress_into_hdf5(stack: Any, output: Path, opts: Options, progress: Any) -> Any:
+def _compress_into_hdf5(stack: Any, output: Path, opts: Options, progress: Any,
+                        force: bool) -> Any:
     """OUTPUT.h5: the input file's groups, datasets and attributes, with the stack replaced
     by a uint8 dataset holding the .tez stream (read in place by decompress, info, verify,
     tezip.open). Written under temporary names, renamed when complete."""
-    with io.atomic_output(output) as h5:
-        tez = Path(h5 + ".tez")                          # scratch: the stream to embed
+    with io.atomic_output(output, force=force) as h5:
+        tez = Path(temp_name(output))                    # scratch: the stream to embed
         try:
             stats = compress_stack(stack, tez, opts, force=True, progress=progress)
             meta = stack.metadata or {}
@@ -424,7 +430,7 @@ def bench(data: tuple[Path, ...], bounds: str, preds: str, repeat: int, codecs: 
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    with io.atomic_output(path) as tmp:
+    with io.atomic_output(path, force=True) as tmp:    # results files are rewritten
         Path(tmp).write_text(text)
 
 

@@ -8,23 +8,28 @@ Layout (little-endian)::
     footer: u64 index offset | u32 windows | u32 index crc32 | b"TEZINDEX" | u32 crc32
 
 Every byte of the file is covered by a checksum or a structural check, so any flipped byte
-or truncation is reported as ``CorruptFileError``. Writers write to a temporary name in the
-destination directory and rename on success.
+or truncation is reported as ``CorruptFileError``. The writer refuses to write what the
+reader would refuse (``check_header``, ``encode_header``), and writes through
+``tezip.atomic.AtomicOutput`` (temporary name in the destination directory, fsync,
+rename on success).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import math
 import os
+import re
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import CorruptFileError, FormatVersionError, InputError, OutputExistsError
+from .atomic import AtomicOutput, reason
+from .errors import CorruptFileError, FormatVersionError, InputError, OptionError, OutputError
 
 MAGIC = b"\x89TEZ\r\n\x1a\n"
 FORMAT_VERSION = 1
@@ -33,7 +38,9 @@ _CRC = struct.Struct("<I")
 _ENTRY = struct.Struct("<QQIII")
 _FOOT = struct.Struct("<QII8sI")
 _FOOT_MAGIC = b"TEZINDEX"
-MAX_HEADER = 16 << 20
+MAX_HEADER = 16 << 20             # header bytes a reader accepts
+MAX_FRAMES = 2**31                # largest extent of any axis a reader accepts
+_SHA256 = re.compile("[0-9a-f]{64}")
 
 
 def crc32(data: bytes | memoryview) -> int:
@@ -49,60 +56,168 @@ class WindowEntry:
     crc: int
 
 
+def _json_size(value: object) -> int:
+    try:
+        return len(json.dumps(value, separators=(",", ":")))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _largest_metadata(header: dict, n: int = 3) -> str:
+    """The largest metadata entries (one level into 'attrs'), for an error message."""
+    meta = header.get("metadata")
+    if not isinstance(meta, dict):
+        return ""
+    sizes = []
+    for key, value in meta.items():
+        if key == "attrs" and isinstance(value, dict):
+            sizes += [(_json_size(v), f"attribute '{k}'") for k, v in value.items()]
+        else:
+            sizes.append((_json_size(value), "the rest of the HDF5 file" if key == "hdf5_file"
+                          else f"metadata '{key}'"))
+    sizes.sort(reverse=True)
+    return ", ".join(f"{name} {size / 1e6:.1f} MB" for size, name in sizes[:n] if size)
+
+
+def encode_header(header: dict) -> bytes:
+    """The header as the file stores it. OptionError if it cannot be stored: not JSON
+    (e.g. metadata holding arrays or objects), or longer than the MAX_HEADER bytes a
+    reader accepts."""
+    try:
+        body = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as exc:
+        raise OptionError(f"the .tez header cannot hold this metadata ({exc}); metadata must "
+                          "be JSON: dicts with string keys, lists, strings, numbers, "
+                          "booleans, None") from None
+    if len(body) > MAX_HEADER:
+        big = _largest_metadata(header)
+        raise OptionError(
+            f"the .tez header would take {len(body) / 1e6:.1f} MB, more than the "
+            f"{MAX_HEADER >> 20} MiB ({MAX_HEADER} bytes) a .tez file may hold"
+            + (f"; largest metadata: {big}" if big else "")
+            + "; drop large attributes or metadata (for an HDF5 input, --data-only leaves "
+              "out the rest of the file)")
+    return body
+
+
+def check_header(header: dict) -> None:
+    """Refuse (OptionError) a header the reader (``codec.TezFile``) would call damaged:
+    the writer enforces every limit the reader enforces."""
+    from .quantize import QuantParams  # a stage the container checks, not uses
+    from .windows import MAX_WINDOW_VALUES
+
+    shape = header.get("shape")
+    if (not isinstance(shape, list) or len(shape) not in (3, 4)
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in shape)):
+        raise OptionError(f"a .tez file holds a stack shaped (T, H, W) or (T, H, W, C), "
+                          f"not {shape}")
+    if min(shape) < 1 or max(shape) > MAX_FRAMES:
+        raise OptionError(f"a .tez file holds stacks of 1 to {MAX_FRAMES} values along each "
+                          f"axis, and this one is shaped {tuple(shape)}; split it")
+    window = header.get("window")
+    if not isinstance(window, int) or window < 1:
+        raise OptionError(f"window must be a positive number of frames, got {window!r}")
+    if math.prod(shape[1:]) * window > MAX_WINDOW_VALUES:
+        raise OptionError(f"a window of {window} frames shaped {tuple(shape[1:])} holds more "
+                          f"than the {MAX_WINDOW_VALUES} values a reader accepts")
+    try:
+        qp = QuantParams.from_dict(header.get("quant") or {})
+    except (ValueError, TypeError):
+        raise OptionError(f"the error bound cannot be coded: quantizer {header.get('quant')} "
+                          "(a step of 0 or beyond the float range); choose a larger bound "
+                          "or --mode lossless") from None
+    if qp.dtype != header.get("dtype"):
+        raise OptionError(f"quantizer dtype {qp.dtype} does not match the stack's "
+                          f"{header.get('dtype')}")
+    model = header.get("model")
+    if model is not None and not (isinstance(model, dict) and isinstance(model.get("hash"), str)
+                                  and _SHA256.fullmatch(model["hash"])):
+        raise OptionError(f"the model record {model!r} has no SHA-256 content hash")
+
+
 class ContainerWriter:
-    """Streams windows into ``path`` (or into ``fileobj`` when given, for in-memory use)."""
+    """Streams windows into ``path`` (or into ``fileobj`` when given, for in-memory use).
+
+    A file output goes through ``tezip.atomic.AtomicOutput`` (checks, temporary name,
+    fsync, no-replace rename without ``force``). The header and every window are checked
+    against the limits the reader enforces before they are written; ``check=False`` skips
+    that, for tests that craft damaged files on purpose."""
 
     def __init__(self, path: str | os.PathLike | None, header: dict, *, force: bool = False,
-                 fileobj: BinaryIO | None = None) -> None:
+                 fileobj: BinaryIO | None = None, check: bool = True) -> None:
         self.path = Path(path) if path is not None else None
-        self._tmp: Path | None = None
+        self._check = check
+        if check:
+            check_header(header)
+        body = encode_header(header) if check else json.dumps(
+            header, sort_keys=True, separators=(",", ":")).encode()
+        self._frames = int(header["shape"][0]) if check else None
+        self._window = int(header["window"]) if check else None
+        self._out: AtomicOutput | None = None
         if fileobj is not None:
             self._f = fileobj
         else:
             assert self.path is not None
-            if self.path.exists() and not force:
-                raise OutputExistsError(f"{self.path} exists; pass --force to overwrite it")
-            parent = self.path.parent if str(self.path.parent) else Path(".")
-            if not parent.is_dir():
-                raise InputError(f"output directory {parent} does not exist")
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent)
-            self._tmp = Path(tmp)
-            umask = os.umask(0o022)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
+            self._out = AtomicOutput(self.path, force=force)
+            try:
+                fd = os.open(self._out.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                             | getattr(os, "O_CLOEXEC", 0), 0o666)
+            except OSError as exc:
+                raise OutputError(f"cannot create {self.path}: {reason(exc)}") from exc
             self._f = os.fdopen(fd, "wb")
-        body = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
         pre = _PRE.pack(MAGIC, FORMAT_VERSION, len(body)) + body
-        self._f.write(pre + _CRC.pack(crc32(pre)))
+        self._write(pre + _CRC.pack(crc32(pre)))
         self._pos = len(pre) + _CRC.size
         self.entries: list[WindowEntry] = []
         self.bytes_written = self._pos
+        self._t = 0
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self._f.write(data)
+        except OSError as exc:
+            self.abort()
+            raise OutputError(f"cannot write {self.path}: {reason(exc)}") from exc
 
     def add_window(self, t0: int, frames: int, payload: bytes) -> None:
-        self._f.write(payload)
+        if self._check:
+            assert self._frames is not None and self._window is not None
+            if t0 != self._t or not 1 <= frames <= self._window or t0 + frames > self._frames:
+                self.abort()
+                raise OptionError(f"window of frames {t0}..{t0 + frames - 1} does not follow "
+                                  f"frame {self._t - 1} within a stack of {self._frames} "
+                                  f"frames and windows of at most {self._window}")
+        self._write(payload)
         self.entries.append(WindowEntry(self._pos, len(payload), t0, frames, crc32(payload)))
         self._pos += len(payload)
+        self._t += frames
         self.bytes_written = self._pos
 
     def close(self) -> None:
+        if self._check and self._t != self._frames:
+            self.abort()
+            raise OutputError(f"only {self._t} of {self._frames} frames were written; "
+                              f"{self.path or 'the stream'} discarded")
         index = b"".join(_ENTRY.pack(e.offset, e.length, e.t0, e.frames, e.crc)
                          for e in self.entries)
         foot = struct.pack("<QII8s", self._pos, len(self.entries), crc32(index), _FOOT_MAGIC)
-        self._f.write(index + foot + _CRC.pack(crc32(foot)))
+        self._write(index + foot + _CRC.pack(crc32(foot)))
         self.bytes_written = self._pos + len(index) + _FOOT.size
-        if self._tmp is not None:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
-            assert self.path is not None
-            os.replace(self._tmp, self.path)
-            self._tmp = None
+        if self._out is not None:
+            try:
+                self._f.close()         # flushes; AtomicOutput.commit fsyncs and renames
+            except OSError as exc:
+                self.abort()
+                raise OutputError(f"cannot write {self.path}: {reason(exc)}") from exc
+            self._out.commit()
+            self._out = None
 
     def abort(self) -> None:
-        if self._tmp is not None:
-            self._f.close()
-            self._tmp.unlink(missing_ok=True)
-            self._tmp = None
+        if self._out is not None:
+            with contextlib.suppress(OSError):
+                self._f.close()
+            self._out.abort()
+            self._out = None
 
     def __enter__(self) -> ContainerWriter:
         return self

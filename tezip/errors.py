@@ -33,7 +33,9 @@ class FormatVersionError(TezipError):
 
 
 class OutputExistsError(TezipError):
-    """The output exists and --force was not given."""
+    """The output exists and was left alone: --force was not given, or it is something
+    tezip never replaces (a directory where a file goes, a device, a FIFO, a socket), or
+    it appeared while tezip was writing."""
 
 
 class DecodeMismatchError(TezipError):

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .atomic import atomic_output
 from .errors import InputError
 from .models_path import default_model_path, pretrained_dir  # noqa: F401 (re-exported)
 
@@ -172,9 +173,8 @@ def save_model(net: PredNet, path: str | os.PathLike, meta: dict | None = None) 
                for k, v in net.state_dict().items()}
     info = {"format": MODEL_FORMAT, "config": json.dumps(asdict(net.cfg)),
             "meta": json.dumps(meta or {})}
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(tensors, str(tmp), metadata=info)
-    os.replace(tmp, path)
+    with atomic_output(path, force=True) as tmp:       # a rerun replaces the model file
+        save_file(tensors, tmp, metadata=info)
     return file_hash(path)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tezip.atomic import AtomicOutput, atomic_output
 from tezip.errors import InputError, OptionError
 from tezip.io._base import (
     FORMATS,
@@ -21,7 +22,6 @@ from tezip.io._base import (
     OutputError,
     Stack,
     StackWriter,
-    atomic_output,
     check_layout,
     check_output_path,
     display_name,
@@ -29,6 +29,7 @@ from tezip.io._base import (
 )
 
 __all__ = [
+    "AtomicOutput",
     "FORMATS",
     "SUPPORTED_DTYPES",
     "OutputError",
@@ -38,6 +39,7 @@ __all__ = [
     "detect_format",
     "open_input",
     "open_output",
+    "output_format",
     "sniff_format",
 ]
 
@@ -136,6 +138,36 @@ def open_input(
     return FolderStack(path)
 
 
+def output_format(path: str | os.PathLike[str], format: str | None = None) -> str:
+    """The format an output at ``path`` is written in: what its name says (.npy, .h5 /
+    .hdf5 / .nxs / .hdf, .tif / .tiff; a name without extension is a folder of frames),
+    or ``format``, which must agree with a name that says otherwise. Whether the path
+    exists does not matter: a directory named ``d.h5`` is not a folder output."""
+    path = os.fspath(path)
+    if path in ("-", ""):
+        raise OutputError("tezip writes its output to a file, not to standard output; "
+                          "give an output file name")
+    name = os.path.basename(os.path.normpath(path))
+    ext = os.path.splitext(name)[1].lower()
+    by_name = _EXTENSIONS.get(ext)
+    if format is not None:
+        fmt = _ALIASES.get(format.lower(), format.lower())
+        if fmt not in FORMATS:
+            raise InputError(f"unknown format '{format}'; choose one of {', '.join(FORMATS)}")
+        if by_name is not None and by_name != fmt:
+            raise OptionError(f"{path} is named as a {by_name} file but --format is {fmt}; "
+                              "rename the output or drop --format")
+        return fmt
+    if by_name is not None:
+        return by_name
+    if not ext:
+        return "folder"
+    raise InputError(
+        f"cannot tell the format of {display_name(path)}; give --format "
+        f"({', '.join(FORMATS)}) or use an extension: {', '.join(_EXTENSIONS)}"
+    )
+
+
 def open_output(
     path: str | os.PathLike[str],
     shape: tuple[int, ...],
@@ -146,22 +178,22 @@ def open_output(
     dataset: str | None = None,
     force: bool = False,
 ) -> StackWriter:
-    """Start writing a stack of `shape` and `dtype` to `path`.
+    """Start writing a stack of `shape` and `dtype` to `path`, in the format its name says
+    (see ``output_format``).
 
-    Refuses an existing path unless `force`. `metadata` is a Stack's metadata; HDF5 output
-    uses its "dataset" (unless `dataset` is given, default "/data") and "attrs".
+    Refuses an existing path unless `force`, and anything that is not a regular file (a
+    folder output: a directory of frames) even with `force` (``tezip.atomic``). HDF5
+    output uses `metadata`'s "dataset" (unless `dataset` is given, default "/data") and
+    "attrs".
     """
     path = os.fspath(path)
-    fmt = detect_format(path, format)
+    fmt = output_format(path, format)
     shape = tuple(int(n) for n in shape)
     dtype = native(dtype)
     check_layout(shape, dtype, f"output {display_name(path)}")
     if dataset is not None and fmt != "hdf5":
         raise OptionError(f"--dataset applies to HDF5 files only, and {path} is {fmt}")
     check_output_path(path, fmt == "folder", force)
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise OutputError(f"cannot write {path}: directory {parent} does not exist")
     args = (path, shape, dtype, dict(metadata or {}), force)
     if fmt == "npy":
         from tezip.io.npy import NpyWriter

@@ -6,14 +6,12 @@ from __future__ import annotations
 import contextlib
 import operator
 import os
-import secrets
-import shutil
-from collections.abc import Iterator
 from typing import Any, Self
 
 import numpy as np
 
-from tezip.errors import InputError, OutputError, OutputExistsError, UnsupportedError
+from tezip import atomic as _atomic
+from tezip.errors import InputError, OutputError, UnsupportedError
 from tezip.quantize import SUPPORTED_DTYPES  # noqa: E402
 
 FORMATS = ("npy", "hdf5", "tiff", "folder")
@@ -35,10 +33,9 @@ def dtype_name(dtype: Any) -> str:
 
 def reason(exc: BaseException) -> str:
     """What a library exception says, on one line."""
-    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     if isinstance(exc, KeyError) and exc.args:
-        text = str(exc.args[0])
-    return " ".join(text.split()) or type(exc).__name__
+        return " ".join(str(exc.args[0]).split()) or "KeyError"
+    return _atomic.reason(exc)
 
 
 def shape_text(shape: tuple[int, ...]) -> str:
@@ -132,66 +129,26 @@ class Stack:
         return f"<{type(self).__name__} {self.metadata['source']} {self.shape} {self.dtype}>"
 
 
-def temp_path(path: str) -> str:
-    """A hidden name next to `path`: .<name>.tmp-<random>."""
-    head, name = os.path.split(os.path.normpath(path))
-    return os.path.join(head, f".{name}.tmp-{secrets.token_hex(6)}")
-
-
 def remove(path: str) -> None:
     """Delete a file or a directory tree if it exists."""
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
+    _atomic.remove(path)
 
 
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
-    """A hidden temporary name next to ``path`` to write; on success it is fsynced and
-    renamed to ``path``, on failure removed: no half-written file ever carries the name."""
-    tmp = temp_path(os.fspath(path))
-    try:
-        yield tmp
-        _fsync(tmp)
-        os.replace(tmp, path)
-    finally:
-        remove(tmp)
+def frame_file(entry: os.DirEntry) -> bool:
+    """True for a file a frame folder output may replace (PNG/TIFF frames)."""
+    return entry.is_file() and entry.name.lower().endswith(FRAME_EXTENSIONS)
 
 
 def check_output_path(path: str, is_dir: bool, force: bool) -> None:
-    """Refuse an existing output unless force; refuse to replace what we should not."""
-    if not os.path.lexists(path):
-        return
-    if not force:
-        raise OutputExistsError(f"{path} already exists; use --force to overwrite it")
-    if os.path.isdir(path) and not os.path.islink(path):
-        if not is_dir:
-            raise OutputExistsError(f"{path} is a directory; remove it or choose another output")
-        others = [e.name for e in os.scandir(path) if not _frame_file(e)]
-        if others:
-            raise OutputExistsError(
-                f"{path} holds files other than frame images (e.g. {others[0]}); "
-                "tezip will not replace it, even with --force; remove it yourself"
-            )
-
-
-def _frame_file(entry: os.DirEntry) -> bool:
-    return entry.is_file() and entry.name.lower().endswith(FRAME_EXTENSIONS)
+    """Refuse an output tezip should not write (see ``tezip.atomic.check_target``)."""
+    _atomic.check_target(path, force=force, directory=is_dir,
+                         replaceable=frame_file if is_dir else None)
 
 
 class StackWriter:
     """Streaming writer: frames go to a temporary name next to the output, and commit()
-    renames it into place, so a failed run never leaves a partial output behind."""
+    renames it into place (``tezip.atomic.AtomicOutput``), so a failed run never leaves a
+    partial output behind."""
 
     is_dir = False  # True for writers whose output is a directory
 
@@ -203,16 +160,30 @@ class StackWriter:
         self.dtype = dtype
         self.metadata = metadata
         self.force = force
-        self.temp = temp_path(path)
+        self._out = _atomic.AtomicOutput(path, force=force, directory=self.is_dir,
+                                         replaceable=frame_file if self.is_dir else None)
+        self.temp = self._out.temp
         self._next = 0
         self._state = "open"
         try:
+            self._need()
             self._create()
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):
-                raise OutputError(f"cannot create {self.temp}: {reason(exc)}") from exc
+                raise OutputError(f"cannot create {self.path}: {reason(exc)}") from exc
             raise
+
+    def expected_bytes(self) -> tuple[int, int] | None:
+        """(total bytes, bytes of the largest file) the output will take about, if the
+        format stores the frames uncompressed; None if unknown. Checked against the free
+        space and ``ulimit -f`` before writing."""
+        return None
+
+    def _need(self) -> None:
+        size = self.expected_bytes()
+        if size is not None:
+            self._out.need(*size)
 
     def _create(self) -> None:
         raise NotImplementedError
@@ -221,7 +192,8 @@ class StackWriter:
         raise NotImplementedError
 
     def _close(self) -> None:
-        """Flush and release handles; must tolerate a half-built writer."""
+        """Flush and release handles; must tolerate a half-built writer and being called
+        again after it failed (release the handle before closing it)."""
 
     def write(self, t0: int, frames: np.ndarray) -> None:
         """Write frames [t0, t0 + len(frames)); calls must follow each other without gaps."""
@@ -258,32 +230,13 @@ class StackWriter:
             )
         try:
             self._close()
-            if not self.force and os.path.lexists(self.path):
-                raise OutputExistsError(f"{self.path} already exists; use --force to overwrite it")
-            self._replace()
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):
                 raise OutputError(f"cannot write {self.path}: {reason(exc)}") from exc
             raise
+        self._out.commit()      # removes the temporary output itself if it fails
         self._state = "committed"
-
-    def _replace(self) -> None:
-        # the data reach the disk before the name does, so a power loss cannot leave a
-        # complete-looking name over missing blocks
-        if not self.is_dir:
-            _fsync(self.temp)
-            os.replace(self.temp, self.path)
-            return
-        for entry in os.scandir(self.temp):
-            _fsync(entry.path)
-        old = None
-        if os.path.lexists(self.path):
-            old = temp_path(self.path)
-            os.rename(self.path, old)
-        os.rename(self.temp, self.path)
-        if old is not None:
-            remove(old)
 
     def abort(self) -> None:
         """Close and delete the temporary output; safe to call more than once."""
@@ -291,7 +244,7 @@ class StackWriter:
             return
         with contextlib.suppress(Exception):  # cleaning up after a failure; the file goes anyway
             self._close()
-        remove(self.temp)
+        self._out.abort()
         self._state = "aborted"
 
     def __enter__(self) -> Self:

@@ -176,6 +176,12 @@ def _png_ok(dtype: np.dtype, frame: tuple[int, ...]) -> bool:
 class FolderWriter(StackWriter):
     is_dir = True
 
+    def expected_bytes(self) -> tuple[int, int] | None:
+        if _png_ok(self.dtype, self.shape[1:]):
+            return None                               # PNG frames are compressed
+        frame = int(np.prod(self.shape[1:])) * self.dtype.itemsize + 512
+        return frame * self.shape[0], frame
+
     def _create(self) -> None:
         os.mkdir(self.temp)
         self._png = _png_ok(self.dtype, self.shape[1:])

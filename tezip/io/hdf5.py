@@ -176,16 +176,45 @@ class Hdf5Stack(Stack):
         self._file.close()
 
 
+def reservation(ds: Any) -> int:
+    """An upper bound of the bytes HDF5 will add to the file while the frames of ``ds``
+    are written once each, chunk by chunk: raw size (plus 5% if filtered) and index."""
+    raw = int(np.prod(ds.shape)) * ds.dtype.itemsize
+    chunks = ds.chunks or ds.shape
+    n = math.prod(-(-s // c) for s, c in zip(ds.shape, chunks, strict=True))
+    filtered = ds.id.get_create_plist().get_nfilters() > 0
+    return (raw + raw // 20 if filtered else raw) + 512 * n + (64 << 10)
+
+
 class Hdf5Writer(StackWriter):
+    """HDF5 cannot recover from a write that fails (a full disk, ``ulimit -f``): closing
+    such a file crashes the process. So the writer checks the free space and the size
+    limit first, reserves the disk blocks the frames will need (``tezip.atomic.reserve``),
+    and writes each chunk once (whole rows of chunks along time)."""
+
     _file: Any = None
+    _ds: Any = None
+    _reserved = 0
 
     def __init__(self, *args: Any, dataset: str | None = None, **kwargs: Any) -> None:
         self._dataset = dataset
+        self._pending: list[np.ndarray] = []
+        self._pending_t0 = 0
         super().__init__(*args, **kwargs)
+
+    def expected_bytes(self) -> tuple[int, int] | None:
+        """Known once the dataset exists (filters, chunking)."""
+        if self._ds is None:
+            return None
+        import os
+
+        n = os.path.getsize(self.temp) + reservation(self._ds)
+        return n, n
 
     def _create(self) -> None:
         import h5py
 
+        from tezip.atomic import reserve
         from tezip.io import hdf5_tree
 
         path = self._dataset or self.metadata.get("dataset") or DEFAULT_DATASET
@@ -194,23 +223,53 @@ class Hdf5Writer(StackWriter):
             # the original file's other groups, datasets and attributes, and the stack's
             # own creation properties and attributes; only the frames are missing
             self._file, self._ds = hdf5_tree.restore(tree, self.temp, self.shape)
-            return
-        self._file = h5py.File(self.temp, "w-")
-        try:
-            ds = self._file.create_dataset(
-                path, shape=self.shape, dtype=self.dtype, chunks=(1, *self.shape[1:])
-            )
-        except (ValueError, TypeError, KeyError) as exc:
-            msg = f"cannot create dataset '{path}' in {self.path}: {reason(exc)}"
-            raise OptionError(msg) from exc
-        for key, value in (self.metadata.get("attrs") or {}).items():
-            _write_attr(ds, key, value)
-        self._ds = ds
+        else:
+            self._file = h5py.File(self.temp, "w-")
+            try:
+                ds = self._file.create_dataset(
+                    path, shape=self.shape, dtype=self.dtype, chunks=(1, *self.shape[1:])
+                )
+            except (ValueError, TypeError, KeyError) as exc:
+                msg = f"cannot create dataset '{path}' in {self.path}: {reason(exc)}"
+                raise OptionError(msg) from exc
+            for key, value in (self.metadata.get("attrs") or {}).items():
+                _write_attr(ds, key, value)
+            self._ds = ds
+        self._need()
+        size = reservation(self._ds)
+        if reserve(self.temp, size):
+            self._reserved = size
+        chunks = self._ds.chunks
+        row = (chunks[0] if chunks else 1) * math.prod(self.shape[1:]) * self.dtype.itemsize
+        self._chunk_t = chunks[0] if chunks and row <= _SLAB_LIMIT else 1
 
     def _write(self, t0: int, frames: np.ndarray) -> None:
-        self._ds[t0 : t0 + len(frames)] = frames
+        c = self._chunk_t
+        if c == 1:
+            self._ds[t0 : t0 + len(frames)] = frames
+            return
+        if not self._pending:
+            self._pending_t0 = t0
+        self._pending.append(frames)
+        end = t0 + len(frames)
+        upto = end if end == self.shape[0] else end // c * c   # whole rows of chunks only
+        if upto <= self._pending_t0:
+            return
+        block = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
+        n = upto - self._pending_t0
+        self._ds[self._pending_t0 : upto] = block[:n]
+        rest = block[n:]
+        self._pending = [rest] if len(rest) else []
+        self._pending_t0 = upto
 
     def _close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        # release the handle before closing: if close fails (disk full), a second close
+        # of the same h5py file would crash the process
+        file, self._file = self._file, None
+        self._ds = None
+        if file is not None:
+            file.close()
+            if self._reserved:
+                from tezip.atomic import release
+
+                release(self.temp, self._reserved)

@@ -173,13 +173,20 @@ def embed(tez_path: str, out: str, record: dict | None, dataset: str, attrs: dic
     import h5py
     import numpy as np
 
+    from tezip.atomic import check_space, release, reserve
+
     size = os.path.getsize(tez_path)
+    extra = size + (64 << 10)
+    # HDF5 cannot recover from a failed write: check the space first, then reserve it
+    check_space(out, extra + (int(record.get("size", 0)) if isinstance(record, dict) else 0))
     if record is not None:
         file, placeholder = restore(record, out, shape)
         path, aliases = str(record["path"]), [str(a) for a in record.get("aliases", [])]
     else:
         file, placeholder, path, aliases = h5py.File(out, "x"), None, dataset, []
+    reserved = False
     try:
+        reserved = reserve(out, extra)
         parent = path.rsplit("/", 1)[0] or "/"
         group = file.require_group(parent)
         tmp = f"{parent.rstrip('/')}/.tezip-{os.getpid()}"
@@ -205,6 +212,8 @@ def embed(tez_path: str, out: str, record: dict | None, dataset: str, attrs: dic
                 blob[pos:pos + len(piece)] = np.frombuffer(piece, np.uint8)
     finally:
         file.close()
+        if reserved:
+            release(out, extra)
 
 
 _EMBED_PIECE = 64 << 20

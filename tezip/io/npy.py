@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import math
+from typing import BinaryIO
+
 import numpy as np
 
 from tezip.errors import InputError
@@ -30,18 +34,37 @@ class NpyStack(Stack):
 
 
 class NpyWriter(StackWriter):
-    _mm: np.memmap | None = None
+    """Writes the .npy header, then the frames in order with plain writes: a full disk or
+    a file size limit surfaces as an OSError (OutputError), never as a SIGBUS from a
+    memory-mapped page that cannot be backed."""
+
+    _f: BinaryIO | None = None
+
+    def expected_bytes(self) -> tuple[int, int]:
+        n = len(self._header()) + math.prod(self.shape) * self.dtype.itemsize
+        return n, n
+
+    def _header(self) -> bytes:
+        buf = io.BytesIO()
+        fmt = np.lib.format
+        d = {"descr": fmt.dtype_to_descr(self.dtype), "fortran_order": False,
+             "shape": self.shape}
+        try:
+            fmt.write_array_header_1_0(buf, d)
+        except ValueError:                       # header too long for version 1.0
+            buf = io.BytesIO()
+            fmt.write_array_header_2_0(buf, d)
+        return buf.getvalue()
 
     def _create(self) -> None:
-        self._mm = np.lib.format.open_memmap(
-            self.temp, mode="w+", dtype=self.dtype, shape=self.shape
-        )
+        self._f = open(self.temp, "xb")  # noqa: SIM115 - closed in _close
+        self._f.write(self._header())
 
     def _write(self, t0: int, frames: np.ndarray) -> None:
-        assert self._mm is not None
-        self._mm[t0 : t0 + len(frames)] = frames
+        assert self._f is not None
+        self._f.write(memoryview(frames.astype(self.dtype, copy=False)).cast("B"))
 
     def _close(self) -> None:
-        if self._mm is not None:
-            self._mm.flush()
-            self._mm = None
+        f, self._f = self._f, None
+        if f is not None:
+            f.close()

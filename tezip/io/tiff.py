@@ -114,6 +114,10 @@ class TiffStack(Stack):
 class TiffWriter(StackWriter):
     _tw: Any = None
 
+    def expected_bytes(self) -> tuple[int, int]:
+        n = int(np.prod(self.shape)) * self.dtype.itemsize + 512 * self.shape[0]
+        return n, n
+
     def _create(self) -> None:
         import tifffile
 
@@ -130,6 +134,6 @@ class TiffWriter(StackWriter):
             self._tw.write(frame, contiguous=True, **self._options)
 
     def _close(self) -> None:
-        if self._tw is not None:
-            self._tw.close()
-            self._tw = None
+        tw, self._tw = self._tw, None
+        if tw is not None:
+            tw.close()
