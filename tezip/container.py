@@ -76,7 +76,8 @@ def _largest_metadata(header: dict, n: int = 3) -> str:
             sizes.append((_json_size(value), "the rest of the HDF5 file" if key == "hdf5_file"
                           else f"metadata '{key}'"))
     sizes.sort(reverse=True)
-    return ", ".join(f"{name} {size / 1e6:.1f} MB" for size, name in sizes[:n] if size)
+    return ", ".join(f"{name} {size / 1e6:.1f} MB" for size, name in sizes[:n]
+                     if size >= 100_000)
 
 
 def encode_header(header: dict) -> bytes:

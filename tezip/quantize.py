@@ -67,6 +67,10 @@ class ErrorBound:
                     f"got {value}")
         if self.mode == "pwrel" and self.pw is not None and self.pw >= 1:
             raise OptionError(f"a point-wise relative bound must be below 1, got {self.pw}")
+        if self.mode == "pwrel" and self.pw is not None and 1.0 + self.pw == 1.0:
+            raise OptionError(f"a point-wise relative bound of {self.pw} is below float64 "
+                              "resolution (about 1.1e-16); use --mode lossless to keep the "
+                              "values bit-exact")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ KEY = "hdf5_file"                 # the metadata key the record lives under
 STREAM_ATTR = "tezip_stream"      # marks a uint8 dataset holding a whole .tez stream
 SKELETON_LIMIT = 8 << 20          # compressed bytes; the .tez header holds at most 16 MB
 _KEPT_FILTERS = ("gzip", "lzf")   # always available to h5py for writing
-_MAX_SKELETON_BYTES = 1 << 30     # what a decoder accepts to unpack
+MAX_SKELETON_BYTES = 1 << 30      # what a decoder accepts to unpack (the writer too)
 
 
 def _copy_attrs(src: Any, dst: Any) -> list[str]:
@@ -113,6 +113,11 @@ def capture(file: Any, ds: Any) -> dict[str, Any]:
         for extra in aliases[1:]:
             dst[extra] = dst[aliases[0]]
     raw = buf.getvalue()
+    if len(raw) > MAX_SKELETON_BYTES:       # the reader refuses to unpack more
+        raise OptionError(
+            f"the rest of the HDF5 file (other datasets, groups, attributes) takes "
+            f"{len(raw) / 1e6:.1f} MB, more than the {MAX_SKELETON_BYTES >> 20} MiB a .tez "
+            "file carries; pass --data-only to store just the dataset and its attributes")
     packed = zstandard.ZstdCompressor(level=19).compress(raw)
     if len(packed) > SKELETON_LIMIT:
         raise OptionError(
@@ -140,7 +145,7 @@ def restore(record: Any, temp: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
     try:
         packed = base64.b64decode(record["skeleton"], validate=True)
         size = int(record["size"])
-        if not 0 < size <= _MAX_SKELETON_BYTES:
+        if not 0 < size <= MAX_SKELETON_BYTES:
             raise ValueError("bad skeleton size")
         raw = unzstd_exact(packed, size)
         path = str(record["path"])
