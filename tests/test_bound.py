@@ -7,11 +7,12 @@ import math
 from fractions import Fraction
 
 import numpy as np
+from exact import bytes_equal, check_bound
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tezip
-from tezip.quantize import INT_DTYPES, relative_bound
+from tezip.quantize import relative_bound
 
 DTYPES = ["uint8", "uint16", "int16", "int32", "float32", "float64"]
 PREDICTORS = ["auto", "zero", "previous", "lorenzo", "spatial", "interp"]
@@ -66,73 +67,6 @@ def stacks(draw, allow_special=True):
     return a
 
 
-def _bytes_equal(a, b):
-    view = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-    return np.ascontiguousarray(a).view(view) == np.ascontiguousarray(b).view(view)
-
-
-def _finite_range(a):
-    f = a[np.isfinite(a)] if a.dtype.kind == "f" else a
-    return (float(f.max()) - float(f.min())) if f.size else 0.0
-
-
-def _exact_range(a) -> Fraction:
-    f = a[np.isfinite(a)] if a.dtype.kind == "f" else a
-    return Fraction(float(f.max())) - Fraction(float(f.min())) if f.size else Fraction(0)
-
-
-def _as_float(v: Fraction) -> float:
-    """A rational limit as a float for the fast pass; beyond the float range: inf."""
-    return math.inf if v > Fraction(np.finfo(np.float64).max) else float(v)
-
-
-def _assert_within(x, y, limit) -> None:
-    """|x - y| <= limit for every value, decided exactly: a float pass, then rational
-    arithmetic for every value within a relative 1e-9 of its limit (where float rounding
-    of the difference or of the limit could hide a one-ulp violation)."""
-    lim = np.broadcast_to(np.asarray([_as_float(v) for v in np.ravel(limit)] if
-                                     isinstance(limit, np.ndarray) else _as_float(limit)),
-                          x.shape)
-    err = np.abs(x - y)
-    assert (err <= lim * (1 + 1e-9)).all(), (err.max(), lim.max())
-    near = np.flatnonzero(err >= lim * (1 - 1e-9))
-    exact = np.ravel(limit) if isinstance(limit, np.ndarray) else None
-    for i in near:
-        want = exact[i] if exact is not None else limit
-        got = abs(Fraction(float(x.flat[i])) - Fraction(float(y.flat[i])))
-        assert got <= want, (float(x.flat[i]), float(y.flat[i]), _as_float(want))
-
-
-def _check(a, b, mode, bound, rel_bound=None):
-    """The guarantee as documented, decided exactly (rational arithmetic near the limit):
-    abs |x-x'| <= e (integers: floor e); rel <= r * range; absrel both; pwrel <= b |x|."""
-    assert b.dtype == a.dtype and b.shape == a.shape
-    if mode == "lossless":
-        assert _bytes_equal(a, b).all()
-        return
-    if a.dtype.kind == "f":
-        special = ~np.isfinite(a)
-        assert _bytes_equal(a[special], b[special]).all(), "NaN/Inf not bit-exact"
-    fin = np.isfinite(a.astype(np.float64))
-    x, y = a.astype(np.float64)[fin], b.astype(np.float64)[fin]
-    if mode == "pwrel":
-        assert (y[x == 0] == 0).all()
-        nz = x != 0
-        pw = np.array([Fraction(bound) * abs(Fraction(float(v))) for v in x[nz]], object)
-        if pw.size:
-            _assert_within(x[nz], y[nz], pw)
-        return
-    limits = []
-    if mode in ("abs", "absrel"):
-        limits.append(Fraction(bound))
-    if mode in ("rel", "absrel"):
-        limits.append(Fraction(bound if mode == "rel" else rel_bound) * _exact_range(a))
-    lim = min(limits)
-    if a.dtype.name in INT_DTYPES:
-        lim = Fraction(math.floor(lim))
-    _assert_within(x, y, lim)
-
-
 SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -146,14 +80,14 @@ def test_bound_holds_for_every_value(a, mode, bound, predictor, window):
         bound = 0.5
     b = tezip.decompress(tezip.compress(a, mode=mode, bound=None if mode == "lossless"
                                         else bound, predictor=predictor, window=window))
-    _check(a, b, mode, bound)
+    check_bound(a, b, mode, bound)
 
 
 @SETTINGS
 @given(stacks(), st.sampled_from([1e-4, 0.1, 5.0]), st.sampled_from([1e-3, 1e-1]))
 def test_absrel_keeps_the_tighter_bound(a, abs_bound, rel_bound):
     b = tezip.decompress(tezip.compress(a, mode="absrel", bound=abs_bound, rel_bound=rel_bound))
-    _check(a, b, "absrel", abs_bound, rel_bound)
+    check_bound(a, b, "absrel", abs_bound, rel_bound)
 
 
 def test_one_ulp_rounding_is_caught():
@@ -163,7 +97,7 @@ def test_one_ulp_rounding_is_caught():
     a = (rng.uniform(1e6, 1e7, size=(4, 16, 16))).astype(np.float32)
     for bound in (0.03, 0.05, 0.0625, 0.1):
         b = tezip.decompress(tezip.compress(a, mode="abs", bound=bound))
-        assert (np.abs(a.astype(np.float64) - b.astype(np.float64)) <= bound).all()
+        check_bound(a, b, "abs", bound)
 
 
 def test_lossless_float_keeps_signed_zero_and_nan_payload():
@@ -172,7 +106,7 @@ def test_lossless_float_keeps_signed_zero_and_nan_payload():
     a[1, 1, 1] = np.array([0x7FF0000000000001], "u8").view("f8")[0]  # signalling NaN
     a[2, 2, 2] = 5e-324
     b = tezip.decompress(tezip.compress(a, mode="lossless", bound=None))
-    assert _bytes_equal(a, b).all()
+    assert bytes_equal(a, b).all()
 
 
 def test_relative_bound_is_never_rounded_above_the_exact_product():
@@ -185,7 +119,7 @@ def test_relative_bound_is_never_rounded_above_the_exact_product():
     for mode, bound, rel in (("rel", 1e-4, None), ("absrel", 1e30, 1e-4)):
         b = tezip.decompress(tezip.compress(z, mode=mode, bound=bound, rel_bound=rel,
                                             predictor="previous"))
-        _check(z, b, mode, bound, rel)
+        check_bound(z, b, mode, bound, rel)
     exact = Fraction(1e-4) * (Fraction(1e-3) - Fraction(-7.5))
     assert Fraction(relative_bound(1e-4, (-7.5, 1e-3))) <= exact
     assert Fraction(math.nextafter(relative_bound(1e-4, (-7.5, 1e-3)), 1.0)) > exact

@@ -55,6 +55,23 @@ def files(tmp_path_factory) -> Path:
     (d / "newer.tez").write_bytes(bytes(newer))
     (d / "dataset_dir").mkdir()
     (d / "model.safetensors").write_bytes(b"this is not a safetensors file")
+    # issue 14: lying .npy headers, a .tez under a .npy name, damaged TIFFs
+    import io
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "<f4", "fortran_order": False,
+                                                "shape": (5, 10, 10)})
+    (d / "neg.npy").write_bytes(head.getvalue().replace(b"(5, 10, 10)", b"(-5, 10, 10)")
+                                + b"\0" * 2000)
+    (d / "tez_named.npy").write_bytes(blob)
+    import tifffile
+
+    tifffile.imwrite(d / "good.tif", (a * 100).astype(np.uint16))
+    good = (d / "good.tif").read_bytes()
+    (d / "trunc.tif").write_bytes(good[: len(good) // 2])
+    bad_ifd = bytearray(good)
+    bad_ifd[4:8] = b"\xff\xff\xff\x00"
+    (d / "bad_ifd.tif").write_bytes(bytes(bad_ifd))
     return d
 
 
@@ -132,6 +149,21 @@ CASES = [
     ("bench {d}/missing.npy", 1, ["missing.npy"]),
     ("bench {d}/a.npy --bounds 1e-3,abc", 2, ["abc"]),
     ("bench {d}/a.npy --codecs nosuchcodec", 2, ["nosuchcodec"]),
+    # issue 14
+    ("compress {d}/a.npy {o}.tez --mode pwrel --bound 1e-30", 1, ["lossless"]),
+    ("compress {d}/a.npy {o}.tif --bound 1", 1, [".tez", "{o}.tif"]),
+    ("compress {d}/a.npy {d}/dataset_dir --bound 1 --force", 1, [".tez"]),
+    ("compress {d}/a.npy {o}.tez --bound 1 --predictor prednet --model {d}/dataset_dir", 1,
+     ["dataset_dir", "directory", "!does not exist"]),
+    ("compress {d}/neg.npy {o}.tez --bound 1", 1, ["neg.npy", "(-5, 10, 10)", "damaged"]),
+    ("compress {d}/tez_named.npy {o}.tez --bound 1", 1, ["tez_named.npy", ".tez file",
+                                                          "!allow_pickle", "!pickle"]),
+    ("compress {d}/trunc.tif {o}.tez --bound 1", 1, ["trunc.tif", "damaged"]),
+    ("compress {d}/bad_ifd.tif {o}.tez --bound 1", 1, ["bad_ifd.tif", "damaged"]),
+    ("decompress {d}/a.tez -", 1, ["standard output"]),
+    ("decompress {d}/a.tez {o}.npy --format tiff", 1, ["{o}.npy", "--format"]),
+    ("decompress {d}/a.tez {d}/dataset_dir --format npy --force", 1, ["directory"]),
+    ("decompress {d}/a.tez {o}.npy --model {d}/dataset_dir", 1, ["dataset_dir"]),
     # general
     ("frobnicate", 2, ["frobnicate"]),
     ("compress --no-such-option", 2, ["--no-such-option"]),
@@ -150,7 +182,8 @@ def test_error_is_one_line_with_exit_code(files, tmp_path, capsys, args, code, w
     assert len(lines) == 1, err
     assert lines[0].startswith("tezip: error: "), lines[0]
     assert "Traceback" not in err and "internal error" not in err
-    for w in words:
-        assert w.format(d=files) in lines[0], (w, lines[0])
+    for w in words:                  # "!word": must not appear
+        w = w.format(d=files, o=out)
+        assert (w[1:] not in lines[0]) if w.startswith("!") else (w in lines[0]), (w, lines[0])
     assert not list(tmp_path.iterdir()), "an output was left behind"
     assert sorted(p.name for p in files.iterdir()) == before

@@ -27,7 +27,7 @@ from .errors import (
     TezipError,
     UnsupportedError,
 )
-from .quantize import MODES, ErrorBound
+from .quantize import MODES, SUPPORTED_DTYPES, ErrorBound
 
 __all__ = [
     "compress", "decompress", "open", "make_bound", "TezFile", "ErrorBound", "Options", "MODES",
@@ -37,13 +37,34 @@ __all__ = [
 ]
 
 
+def _number(value: object, name: str) -> float | None:
+    """A bound given as any real number (Python, numpy scalar, 0-d array) -> float."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                     np.floating)):
+        raise OptionError(f"{name} must be a real number, got {value!r} "
+                          f"({type(value).__name__})")
+    return float(value)
+
+
 def make_bound(mode: str, bound: float | None = None, rel_bound: float | None = None) -> ErrorBound:
     """Build an ErrorBound from a mode and its value(s). ``absrel`` takes ``bound`` (absolute)
-    and ``rel_bound`` (fraction of the value range)."""
+    and ``rel_bound`` (fraction of the value range); every other mode takes ``bound`` only.
+    Bounds may be Python or numpy numbers (or 0-d arrays)."""
+    if not isinstance(mode, str):
+        raise OptionError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    bound, rel_bound = _number(bound, "bound"), _number(rel_bound, "rel_bound")
+    if rel_bound is not None and mode != "absrel":
+        raise OptionError("rel_bound is only for mode 'absrel'"
+                          + (f"; for mode '{mode}' give the bound as bound=" if mode == "rel"
+                             else ""))
     if mode == "abs":
         return ErrorBound("abs", abs=bound)
     if mode == "rel":
-        return ErrorBound("rel", rel=bound if bound is not None else rel_bound)
+        return ErrorBound("rel", rel=bound)
     if mode == "absrel":
         return ErrorBound("absrel", abs=bound, rel=rel_bound)
     if mode == "pwrel":
@@ -55,19 +76,70 @@ def make_bound(mode: str, bound: float | None = None, rel_bound: float | None = 
     return ErrorBound(mode)  # raises OptionError for an unknown mode
 
 
+def _as_array(array: object) -> np.ndarray:
+    """What compress() accepts: anything numpy turns into a regular numeric array, and
+    torch tensors (detached, on the CPU); everything else is an InputError."""
+    if type(array).__module__.startswith("torch") and hasattr(array, "detach"):
+        dtype = str(getattr(array, "dtype", ""))
+        if dtype.replace("torch.", "") not in SUPPORTED_DTYPES:
+            raise UnsupportedError(f"tensors of {dtype} are not supported; convert it, e.g. with "
+                                   f".to(torch.float32) (supported: "
+                                   f"{', '.join(SUPPORTED_DTYPES)})")
+        array = array.detach().cpu().numpy()   # type: ignore[attr-defined]
+    if array is None:
+        raise InputError("compress() needs an array of frames, got None")
+    try:
+        out = np.asarray(array)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise InputError(f"cannot make an array of frames from this "
+                         f"{type(array).__name__}: {' '.join(str(exc).split())}") from None
+    if out.dtype == object:
+        raise UnsupportedError("the frames do not form a regular numeric array (ragged "
+                               "lists or objects); give a (T, H, W) or (T, H, W, C) array")
+    return out
+
+
+def _json_metadata(value: object, where: str = "metadata") -> object:
+    """Metadata as plain JSON types (numpy scalars and arrays converted); OptionError
+    naming the first entry that has no JSON form."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise OptionError(f"{where} keys must be strings, got {k!r}")
+            out[k] = _json_metadata(v, f"{where}['{k}']")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_metadata(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, np.ndarray):
+        return _json_metadata(value.tolist(), where)
+    if isinstance(value, np.generic):
+        return _json_metadata(value.item(), where)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise OptionError(f"{where} is a {type(value).__name__}, which a .tez header cannot "
+                      "hold; metadata must be JSON (dicts with string keys, lists, strings, "
+                      "numbers, booleans, None)")
+
+
 def compress(array: np.ndarray, mode: str = "rel", bound: float | None = 1e-3, *,
              rel_bound: float | None = None, predictor: str = "auto",
              window: int = DEFAULT_WINDOW, metadata: dict | None = None,
              model: str | os.PathLike | None = None, threshold: float | None = None) -> bytes:
     """Compress a (T, H, W) or (T, H, W, C) array into the bytes of a .tez file.
-    ``model``: learned model file (default: the shipped one); ``threshold``: dynamic
-    windows (see ``tezip.windows.dynamic_windows``)."""
-    if mode == "lossless" and bound == 1e-3:
+    ``bound``: the bound of ``mode`` (for ``absrel`` the absolute one, with ``rel_bound``
+    the relative one); ``model``: learned model file (default: the shipped one);
+    ``threshold``: dynamic windows (see ``tezip.windows.dynamic_windows``); ``metadata``:
+    a JSON-like dict stored in the header."""
+    if mode == "lossless" and isinstance(bound, float) and bound == 1e-3:
         bound = None
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
                    model=None if model is None else str(model), threshold=threshold)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise OptionError(f"metadata must be a dict, got {type(metadata).__name__}")
+    meta = _json_metadata(metadata or {})
     buf = _io.BytesIO()
-    compress_stack(ArrayStack(array, metadata), None, opts, fileobj=buf)
+    compress_stack(ArrayStack(_as_array(array), meta), None, opts, fileobj=buf)  # type: ignore[arg-type]
     return buf.getvalue()
 
 
@@ -78,11 +150,22 @@ def _memory_limit() -> int:
         return 1 << 40
 
 
+def _source(data: object, what: str) -> bytes | str | os.PathLike:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, (str, os.PathLike)):
+        return data
+    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1:
+        return data.tobytes()
+    raise InputError(f"{what} takes the bytes of a .tez file or a path to one, not "
+                     f"{type(data).__name__}")
+
+
 def decompress(data: bytes | os.PathLike | str,
                model: str | os.PathLike | None = None) -> np.ndarray:
     """Decode the bytes of a .tez file (or a path to one) into an array."""
-    with TezFile(data if isinstance(data, (bytes, bytearray, memoryview, str, os.PathLike))
-                 else bytes(data), model=None if model is None else str(model)) as f:
+    with TezFile(_source(data, "decompress()"),  # type: ignore[arg-type]
+                 model=None if model is None else str(model)) as f:
         need = int(np.prod(f.shape, dtype=np.float64)) * f.dtype.itemsize
         if need > _memory_limit():
             raise TezipError(f"the stack needs {need / 2**30:.1f} GiB, more than this machine's "
@@ -94,4 +177,5 @@ def decompress(data: bytes | os.PathLike | str,
 def open(path: str | os.PathLike,  # noqa: A001 - mirrors the file-like idiom
          model: str | os.PathLike | None = None) -> TezFile:
     """Open a .tez file for random access: ``tezip.open(p)[10:20]``."""
-    return TezFile(path, model=None if model is None else str(model))
+    return TezFile(_source(path, "open()"),  # type: ignore[arg-type]
+                   model=None if model is None else str(model))

@@ -32,6 +32,38 @@ def _bar(total: int, desc: str, unit: str = "frame") -> Any:
                 disable=None if not os.environ.get("TEZIP_PROGRESS") else False)
 
 
+def _strict(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None, so that the JSON we print is
+    strict JSON (no NaN / Infinity, which many parsers reject)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
+def _echo_json(obj: Any) -> None:
+    click.echo(json.dumps(_strict(obj), indent=2, allow_nan=False))
+
+
+def _model(model: Path | None) -> str | None:
+    """--model: a model file, or the directory 'tezip train --out' wrote (its
+    model.safetensors)."""
+    if model is None:
+        return None
+    if model.is_dir():
+        inner = model / "model.safetensors"
+        if inner.is_file():
+            return str(inner)
+        raise InputError(f"--model {model} is a directory without a model.safetensors in it; "
+                         "give the model file (.safetensors from 'tezip train')")
+    if not model.exists():
+        raise InputError(f"--model {model}: no such file")
+    return str(model)
+
+
 def _mb(n: float) -> str:
     return f"{n / 1e6:.2f} MB"
 
@@ -58,8 +90,8 @@ class _Group(click.Group):
         return super().get_command(ctx, name)
 
 
-_MODEL_HELP = ("learned model file (.safetensors from 'tezip train'); default: the shipped "
-               "pretrained/default.safetensors")
+_MODEL_HELP = ("learned model file (.safetensors from 'tezip train', or the directory it "
+               "wrote); default: the shipped pretrained/default.safetensors")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,7 +149,7 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
     if mode != "absrel" and rel_bound is not None:
         raise OptionError("--rel-bound is only for --mode absrel")
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
-                   model=None if model is None else str(model), threshold=threshold)
+                   model=_model(model), threshold=threshold)
     suffix = output.suffix.lower()
     if suffix not in (".tez", *_HDF5_SUFFIXES):
         raise OptionError(f"{output}: compress writes a .tez file, or an HDF5 file "
@@ -139,7 +171,7 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
                "ratio": stats.ratio, "seconds": dt, "mb_per_s": stats.raw_bytes / 1e6 / dt,
                "windows": stats.windows, "predictors": stats.predictors}
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        _echo_json(summary)
         return
     used = ", ".join(f"{k} x{v}" for k, v in sorted(stats.predictors.items()))
     click.echo(f"{input} -> {output}: {_mb(stats.raw_bytes)} -> {_mb(stats.compressed_bytes)}, "
@@ -158,7 +190,7 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
 def decompress(input: Path, output: Path, fmt: str | None, dataset: str | None,
                model: Path | None, force: bool) -> None:
     """Decompress INPUT.tez into OUTPUT (format from the extension or --format)."""
-    with TezFile(input, model=None if model is None else str(model)) as f:
+    with TezFile(input, model=_model(model)) as f:
         meta = dict(f.metadata)
         with io.open_output(output, f.shape, f.dtype, metadata=meta, format=fmt,
                             dataset=dataset, force=force) as w, _bar(len(f), "decompress") as bar:
@@ -192,7 +224,7 @@ def info(file: Path, as_json: bool) -> None:
                "ratio": raw / f.compressed_bytes, "value_range": h.get("value_range"),
                "metadata": _public_metadata(f.metadata)}
     if as_json:
-        click.echo(json.dumps(out, indent=2))
+        _echo_json(out)
         return
     b = out["bound"]
     bound = ", ".join(f"{k}={b[k]}" for k in ("abs", "rel", "pw") if b.get(k) is not None)
@@ -264,14 +296,14 @@ def verify(original: Path, file: Path | None, dataset: str | None, fmt: str | No
         _verify_dataset(original, as_json)
         return
     with io.open_input(original, dataset=dataset, format=fmt) as stack, \
-            TezFile(file, model=None if model is None else str(model)) as f:
+            TezFile(file, model=_model(model)) as f:
         if tuple(stack.shape) != tuple(f.shape) or np.dtype(stack.dtype) != f.dtype:
             raise InputError(f"{original} is {tuple(stack.shape)} {np.dtype(stack.dtype)} but "
                              f"{file} holds {tuple(f.shape)} {f.dtype}; not the same stack")
         with _bar(len(f), "verify") as bar:
             report = compare_stacks(stack, f, ssim=not no_ssim, progress=bar.update)
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        _echo_json(report)
     else:
         def fmt_num(v: Any) -> str:
             return "n/a" if v is None else f"{v:.6g}"
@@ -298,7 +330,7 @@ def _verify_dataset(directory: Path, as_json: bool) -> None:
     with _bar(n, "verify", unit="shard") as bar:
         rep = parallel.verify_dataset(directory, progress=bar.update)
     if as_json:
-        click.echo(json.dumps(rep.to_dict(), indent=2))
+        _echo_json(rep.to_dict())
     else:
         for name, problem in rep.problems:
             click.echo(f"{name}: {problem}")
@@ -344,7 +376,7 @@ def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float |
     comm = parallel.get_comm()
     try:
         codec = parallel.CodecConfig.from_cli(mode, bound, rel_bound, predictor, window,
-                                              None if model is None else str(model))
+                                              _model(model))
         cfg = parallel.PrepareConfig(tuple(inputs), out, codec, dataset=dataset,
                                      shard_size_mb=shard_size, force=force,
                                      progress=not quiet and not as_json)
@@ -357,7 +389,7 @@ def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float |
         return
     s = result.summary()
     if as_json:
-        click.echo(json.dumps(s, indent=2))
+        _echo_json(s)
         return
     ratio = f"{s['ratio']:.2f}" if s["ratio"] else "-"
     speed = f"{s['mb_per_s']:.1f} MB/s" if s["mb_per_s"] else "nothing to encode"

@@ -187,6 +187,12 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     from safetensors import safe_open
 
     path = Path(path)
+    if path.is_dir():
+        if (path / "model.safetensors").is_file():
+            path = path / "model.safetensors"      # the directory 'tezip train' wrote
+        else:
+            raise InputError(f"{path} is a directory, not a model file; give the "
+                             ".safetensors file that 'tezip train' wrote")
     if not path.is_file():
         raise InputError(f"model file {path} does not exist")
     try:

@@ -20,7 +20,7 @@ from tezip.io._base import (
     reason,
     shape_text,
 )
-from tezip.io.tiff import page_array, page_layout, write_options
+from tezip.io.tiff import page_array, page_layout, tifffile_warnings, write_options
 
 # Pillow pixel mode -> (dtype, channels; 0 for a gray 2-D frame)
 _PIL_MODES = {
@@ -71,13 +71,19 @@ def _pil_mode(path: str, im: Any) -> str:
 
 
 def _guard(path: str, action: Any) -> Any:
-    """Run action(), turning library errors about a bad file into InputError."""
+    """Run action(), turning library errors (and tifffile's warnings) about a bad file
+    into InputError."""
     try:
-        return action()
+        with tifffile_warnings() as found:
+            out = action()
     except TezipError:
         raise
     except Exception as exc:  # Pillow and tifffile raise many kinds
         raise InputError(f"cannot read frame file {display_name(path)}: {reason(exc)}") from exc
+    if found.messages:
+        raise InputError(f"cannot read frame file {display_name(path)}: {found.messages[0]}; "
+                         "the file is damaged or truncated")
+    return out
 
 
 def frame_info(path: str) -> FrameInfo:

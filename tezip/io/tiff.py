@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from tezip.errors import InputError
+from tezip.errors import InputError, TezipError
 from tezip.io._base import (
     Stack,
     StackWriter,
@@ -42,6 +45,36 @@ def write_options(shape: tuple[int, ...]) -> dict[str, str]:
     return {"photometric": color, "planarconfig": "contig"}
 
 
+class _Warnings(logging.Handler):
+    """Collects what tifffile logs (it reports damage as log warnings and goes on), so
+    that nothing reaches stderr and a damaged file is refused with what was found."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(" ".join(record.getMessage().split()))
+
+
+@contextlib.contextmanager
+def tifffile_warnings() -> Iterator[_Warnings]:
+    log = logging.getLogger("tifffile")
+    handler = _Warnings()
+    log.addHandler(handler)
+    propagate, log.propagate = log.propagate, False
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
+
+
+def damaged(path: str, found: list[str]) -> InputError:
+    return InputError(f"cannot read {display_name(path)} as TIFF: {found[0]}; the file is "
+                      "damaged or truncated")
+
+
 def _open(path: str) -> Any:
     import tifffile
 
@@ -54,13 +87,19 @@ def _open(path: str) -> Any:
 class TiffStack(Stack):
     def __init__(self, path: str) -> None:
         self._path = path
-        self._file = _open(path)
-        self._memmap: np.ndarray | None = None
-        try:
-            self._init(path)
-        except BaseException:
-            self._file.close()
-            raise
+        with tifffile_warnings() as found:
+            self._file = _open(path)
+            self._memmap: np.ndarray | None = None
+            try:
+                self._init(path)
+            except BaseException as exc:
+                self._file.close()
+                if found.messages and isinstance(exc, TezipError):
+                    raise damaged(path, found.messages) from exc   # the damage explains it
+                raise
+            if found.messages:
+                self._file.close()
+                raise damaged(path, found.messages)
 
     def _init(self, path: str) -> None:
         pages = self._file.pages
@@ -93,6 +132,13 @@ class TiffStack(Stack):
     def _read(self, t0: int, t1: int) -> np.ndarray:
         if self._memmap is not None:
             return np.array(self._memmap[t0:t1], dtype=self.dtype)
+        with tifffile_warnings() as found:
+            arr = self._read_pages(t0, t1)
+        if found.messages:
+            raise damaged(self._path, found.messages)
+        return arr
+
+    def _read_pages(self, t0: int, t1: int) -> np.ndarray:
         try:
             if page_layout(self._file.pages.first)[2]:
                 arr = np.stack([page_array(self._file.pages[t]) for t in range(t0, t1)])
