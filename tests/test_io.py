@@ -472,3 +472,45 @@ def test_writer_checks_frames(tmp_path):
             out.write(0, np.zeros((1, 4, 5)))
         out.write(0, np.ones((3, 4, 5), np.uint8))  # safe casts are fine
     np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.ones((3, 4, 5), np.int32))
+
+
+# issue 14, item 8: shapes tezip does not support are refused, as for .npy
+
+
+def test_tiff_with_more_than_one_axis_of_frames_is_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    a5 = rng.integers(0, 1000, (2, 3, 4, 8, 8)).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "tzcyx.tif", a5, imagej=True, metadata={"axes": "TZCYX"})
+    tifffile.imwrite(tmp_path / "shaped5.tif", a5)                     # was read as (6, 8, 8, 4)
+    tifffile.imwrite(tmp_path / "tzyx.tif", a5[0], imagej=True, metadata={"axes": "TZYX"})
+    for name in ("tzcyx.tif", "shaped5.tif", "tzyx.tif"):
+        with pytest.raises(UnsupportedError, match=r"axes .*\(T, H, W\)"):
+            open_input(tmp_path / name)
+    # one axis of frames, with or without channels, still reads
+    thw = a5.reshape(24, 8, 8)
+    tifffile.imwrite(tmp_path / "thw.tif", thw)
+    tifffile.imwrite(tmp_path / "thwc.tif", np.moveaxis(a5[0, :, :3], 1, -1).copy())
+    with open_input(tmp_path / "thw.tif") as s:
+        assert s.shape == (24, 8, 8) and np.array_equal(s.read(0, 24), thw)
+    with open_input(tmp_path / "thwc.tif") as s:
+        assert s.shape == (3, 8, 8, 3)
+
+
+def test_folder_of_plane_stacks_is_refused_not_read_as_channels(tmp_path):
+    rng = np.random.default_rng(1)
+    for n in (3, 4):
+        d = tmp_path / f"planes{n}"
+        d.mkdir()
+        for i in range(3):
+            tifffile.imwrite(d / f"f{i}.tif", rng.integers(0, 1000, (n, 8, 8)).astype(np.uint16))
+        with pytest.raises(UnsupportedError, match="planes"):
+            open_input(d)
+    d = tmp_path / "camera_rgb"        # planar RGB from other software: colour frames
+    d.mkdir()
+    rgb = rng.integers(0, 255, (3, 3, 8, 8)).astype(np.uint8)
+    for i in range(3):
+        tifffile.imwrite(d / f"f{i}.tif", rgb[i], photometric="rgb", planarconfig="separate",
+                         metadata=None)
+    with open_input(d) as s:
+        assert s.shape == (3, 8, 8, 3)
+        assert np.array_equal(s.read(0, 3), np.moveaxis(rgb, 1, -1))

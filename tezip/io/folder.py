@@ -20,7 +20,13 @@ from tezip.io._base import (
     reason,
     shape_text,
 )
-from tezip.io.tiff import page_array, page_layout, tifffile_warnings, write_options
+from tezip.io.tiff import (
+    check_axes,
+    page_array,
+    page_layout,
+    tifffile_warnings,
+    write_options,
+)
 
 # Pillow pixel mode -> (dtype, channels; 0 for a gray 2-D frame)
 _PIL_MODES = {
@@ -109,6 +115,7 @@ def _tiff_info(path: str) -> FrameInfo:
                 f"{display_name(path)} holds {len(tf.pages)} pages; a frame folder needs one "
                 "image per file (open a multi-page TIFF directly instead)"
             )
+        check_axes(tf, display_name(path), frame_file=True)
         shape, dtype, _ = page_layout(tf.pages.first)
     return shape, dtype_name(dtype)
 

@@ -29,8 +29,8 @@ def _check_header(path: str, name: str) -> None:
                 raise InputError(f"{name} is an .npz archive; save the stack alone with "
                                  "numpy.save")
             if head != b"\x93NUMPY":
-                raise InputError(f"{name} is not a .npy file (no NumPy header); give --format "
-                                 "if it is another format")
+                raise InputError(f"cannot read {name} as a .npy file: it has no NumPy "
+                                 "header; give --format if it is another format")
             f.seek(0)
             version = fmt.read_magic(f)
             read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}

@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from tezip.errors import InputError, TezipError
+from tezip.errors import InputError, TezipError, UnsupportedError
 from tezip.io._base import (
     Stack,
     StackWriter,
     display_name,
     make_metadata,
     reason,
+    shape_text,
     single_image_error,
 )
 
@@ -43,6 +44,30 @@ def write_options(shape: tuple[int, ...]) -> dict[str, str]:
         return {"photometric": "minisblack"}
     color = "rgb" if shape[-1] in (3, 4) else "minisblack"
     return {"photometric": color, "planarconfig": "contig"}
+
+
+def check_axes(tf: Any, name: str, frame_file: bool = False) -> None:
+    """Refuse a TIFF whose array (as tifffile reads it: ImageJ hyperstacks, tifffile's
+    shaped files) is not a stack tezip handles: one axis of frames, then Y, X and
+    optionally samples (channels). A frame file of a folder has no axis of frames."""
+    series = tf.series[0] if tf.series else None
+    if series is None:
+        return
+    shape, axes = tuple(series.shape), str(series.axes)
+    others = [a for a in axes if a not in "YXS"]
+    if len(others) > (0 if frame_file else 1) or axes.count("S") > 1:
+        what = "a frame folder needs one 2-D image (H, W) or (H, W, C) per file" if frame_file \
+            else "tezip needs one axis of frames: (T, H, W) or (T, H, W, C)"
+        raise UnsupportedError(
+            f"{name} holds a {len(shape)}-D array ({shape_text(shape)}, axes {axes}); {what}; "
+            "save the other axes as separate files or reshape the array")
+    meta = tf.shaped_metadata or ()
+    if frame_file and axes == "SYX" and meta and tuple(meta[0].get("shape", ())) == shape:
+        # tifffile stored a (N, H, W) array as N planes of one page: N frames, not colours
+        raise UnsupportedError(
+            f"{name} holds an array shaped {shape_text(shape)} (written as {shape[0]} planes "
+            "of one page); a frame folder needs one 2-D image (H, W) or (H, W, C) per file; "
+            "save one frame per file, or colour images channels-last")
 
 
 class _Warnings(logging.Handler):
@@ -107,6 +132,7 @@ class TiffStack(Stack):
         if count == 0:
             raise InputError(f"empty stack: {display_name(path)} holds no TIFF pages")
         frame, dtype, planar = page_layout(pages.first)
+        check_axes(self._file, display_name(path))
         if count == 1 and not self._shaped_as_stack(len(frame)):
             raise single_image_error(display_name(path), frame)
         self._setup((count, *frame), dtype, make_metadata(path, "tiff"))
