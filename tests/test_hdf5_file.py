@@ -243,3 +243,162 @@ def test_hdf5_without_a_stream_and_a_damaged_stream(tmp_path):
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "damaged" in p.stderr
     assert not (tmp_path / "x.npy").exists()
     assert sorted(q.name for q in tmp_path.iterdir()) == ["c.h5", "plain.h5"]
+
+
+# ---------------------------------------------------------------------------------------
+# issue 14, items 6 and 7: references, dimension scales, large attributes, lost filters
+
+CHECK_REFS = r"""
+import sys, h5py, numpy as np
+out = []
+with h5py.File(sys.argv[1]) as f:
+    objs = [f]
+    f.visititems(lambda n, o: objs.append(o))
+    def resolve(ref, where):
+        if ref:
+            target = f[ref]                       # raises on a dangling reference
+            out.append((where, target.name))
+    for o in objs:
+        for k in o.attrs:
+            aid = o.attrs.get_id(k)
+            v = o.attrs[k]
+            if k == "DIMENSION_LIST":
+                for row in v:
+                    for r in row:
+                        resolve(r, f"{o.name}@{k}")
+            elif k == "REFERENCE_LIST":
+                for row in v:
+                    resolve(row[0], f"{o.name}@{k}")
+            elif h5py.check_dtype(ref=aid.dtype) is not None:
+                for r in np.ravel(np.asarray(v, dtype=object)):
+                    resolve(r, f"{o.name}@{k}")
+        if isinstance(o, h5py.Dataset) and h5py.check_dtype(ref=o.dtype) is not None:
+            for idx in np.ndindex(o.shape):
+                resolve(o[idx], o.name)
+print(sorted(set(out)))
+"""
+
+
+def references(path) -> list:
+    """Every (holder, target) reference in the file, resolved in a child process (a
+    dangling reference may crash the HDF5 library instead of raising)."""
+    p = subprocess.run([sys.executable, "-c", CHECK_REFS, str(path)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, ("dangling reference", p.returncode, p.stderr[-2000:])
+    return eval(p.stdout)  # noqa: S307 - our own repr of a list of string pairs
+
+
+def referencing_file(path) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    stack = rng.normal(size=(6, 8, 10)).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        e = f.create_group("entry")
+        d = e.create_dataset("data/data", data=stack, chunks=(1, 8, 10))
+        t = e.create_dataset("data/t", data=np.arange(6.0))
+        t.make_scale("time")
+        y = e.create_dataset("data/y", data=np.arange(8.0))
+        y.make_scale("y")
+        d.dims[0].attach_scale(t)
+        d.dims[1].attach_scale(y)
+        d.dims[0].label = "frame"
+        other = e.create_dataset("other", data=np.arange(20.0))
+        x = e.create_dataset("x", data=np.arange(20.0))
+        x.make_scale("x")
+        other.dims[0].attach_scale(x)
+        refs = f.create_dataset("refs", (2,), dtype=h5py.ref_dtype)
+        refs[0], refs[1] = d.ref, other.ref
+        e.attrs["signal_ref"] = d.ref
+        regions = f.create_dataset("regions", (1,), dtype=h5py.regionref_dtype)
+        regions[0] = other.regionref[2:7]
+        d.attrs["units"] = "counts"
+    return stack
+
+
+EXPECTED_REFS = [
+    ("/entry@signal_ref", "/entry/data/data"),
+    ("/entry/data/data@DIMENSION_LIST", "/entry/data/t"),
+    ("/entry/data/data@DIMENSION_LIST", "/entry/data/y"),
+    ("/entry/data/t@REFERENCE_LIST", "/entry/data/data"),
+    ("/entry/data/y@REFERENCE_LIST", "/entry/data/data"),
+    ("/entry/other@DIMENSION_LIST", "/entry/x"), ("/entry/x@REFERENCE_LIST", "/entry/other"),
+    ("/refs", "/entry/data/data"), ("/refs", "/entry/other"), ("/regions", "/entry/other"),
+]
+
+
+def test_references_and_dimension_scales_come_back(tmp_path, capsys):
+    from tezip.cli import main
+
+    stack = referencing_file(tmp_path / "refs.h5")
+    assert references(tmp_path / "refs.h5") == sorted(EXPECTED_REFS)
+    assert main(["compress", str(tmp_path / "refs.h5"), str(tmp_path / "r.tez"),
+                 "--mode", "lossless"]) == 0
+    assert main(["decompress", str(tmp_path / "r.tez"), str(tmp_path / "back.h5")]) == 0
+    assert references(tmp_path / "back.h5") == sorted(EXPECTED_REFS)
+    with h5py.File(tmp_path / "back.h5") as f:
+        d = f["/entry/data/data"]
+        assert np.array_equal(d[()], stack)
+        assert [s.name for s in d.dims[0].values()] == ["/entry/data/t"]
+        assert d.dims[0].label == "frame"
+        r = f["regions"][0]
+        assert np.array_equal(f[r][r], np.arange(2.0, 7.0))
+    # the stack embedded in an HDF5 file: references to it point to the stream, and its
+    # detached dimension scales are reported; nothing dangles
+    capsys.readouterr()
+    assert main(["compress", str(tmp_path / "refs.h5"), str(tmp_path / "emb.h5"),
+                 "--mode", "lossless"]) == 0
+    assert "dimension scales" in capsys.readouterr().err
+    got = references(tmp_path / "emb.h5")
+    assert ("/refs", "/entry/data/data") in got and ("/regions", "/entry/other") in got
+    assert not [h for h, _ in got if h.startswith("/entry/data/t")]       # detached
+    assert main(["decompress", str(tmp_path / "emb.h5"), str(tmp_path / "emb_back.h5")]) == 0
+    assert references(tmp_path / "emb_back.h5") == sorted(EXPECTED_REFS)
+
+
+def test_references_that_cannot_be_kept_are_dropped_and_reported(tmp_path, capsys):
+    from tezip.cli import main
+
+    referencing_file(tmp_path / "refs.h5")
+    with h5py.File(tmp_path / "refs.h5", "a") as f:
+        ct = np.dtype([("target", h5py.ref_dtype), ("weight", "f8")])
+        c = f.create_dataset("compound_refs", (1,), dtype=ct)
+        c[0] = (f["entry/other"].ref, 0.5)
+        f["entry/data/data"].attrs["self"] = f["entry/data/data"].ref
+    assert main(["compress", str(tmp_path / "refs.h5"), str(tmp_path / "r.tez"),
+                 "--mode", "lossless"]) == 0
+    err = capsys.readouterr().err
+    assert "tezip: note:" in err and "/compound_refs" in err
+    assert main(["decompress", str(tmp_path / "r.tez"), str(tmp_path / "back.h5")]) == 0
+    assert "/compound_refs" in capsys.readouterr().err
+    got = references(tmp_path / "back.h5")
+    assert ("/entry/data/data@self", "/entry/data/data") in got
+    with h5py.File(tmp_path / "back.h5") as f:
+        assert "compound_refs" not in f
+    # --data-only keeps the stack's attributes as metadata: a reference there is reported
+    assert main(["compress", str(tmp_path / "refs.h5"), str(tmp_path / "d.tez"),
+                 "--mode", "lossless", "--dataset", "/entry/data/data", "--data-only"]) == 0
+    err = capsys.readouterr().err
+    assert "@self" in err and "@DIMENSION_LIST" in err
+
+
+def test_large_attribute_kept_and_dropped_filter_reported(tmp_path, capsys):
+    from tezip.cli import main
+
+    rng = np.random.default_rng(1)
+    big = rng.random(200_000)                                  # 1.6 MB
+    with h5py.File(tmp_path / "big.h5", "w", libver="latest") as f:
+        d = f.create_dataset("data", data=rng.normal(size=(6, 8, 10)).astype(np.float32),
+                             chunks=(1, 8, 10), scaleoffset=3)
+        d.attrs["big"] = big
+    assert main(["compress", str(tmp_path / "big.h5"), str(tmp_path / "b.tez"),
+                 "--bound", "1e-2"]) == 0
+    assert "scaleoffset" in capsys.readouterr().err
+    with tezip.open(tmp_path / "b.tez") as f:
+        assert f.metadata[hdf5_tree.KEY]["dropped_filters"] == ["scaleoffset"]
+    assert main(["decompress", str(tmp_path / "b.tez"), str(tmp_path / "back.h5")]) == 0
+    assert "scaleoffset" in capsys.readouterr().err
+    assert main(["compress", str(tmp_path / "big.h5"), str(tmp_path / "emb.h5"),
+                 "--bound", "1e-2"]) == 0
+    assert "scaleoffset" in capsys.readouterr().err
+    for out in ("back.h5", "emb.h5"):
+        with h5py.File(tmp_path / out) as f:
+            assert np.array_equal(f["data"].attrs["big"], big), out

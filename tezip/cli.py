@@ -161,10 +161,12 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
             _bar(stack.shape[0], "compress") as bar:
         t = time.perf_counter()
         if embed:
-            stats = _compress_into_hdf5(stack, output, opts, bar.update, force)
+            stats, notes = _compress_into_hdf5(stack, output, opts, bar.update, force)
         else:
             stats = compress_stack(stack, output, opts, force=force, progress=bar.update)
+            notes = []
         dt = time.perf_counter() - t
+        _notes([*stack.notes, *notes] if hasattr(stack, "notes") else notes)
     summary = {"input": str(input), "output": str(output), "shape": list(stack.shape),
                "dtype": str(stack.dtype), "mode": mode, "bound": bound, "rel_bound": rel_bound,
                "raw_bytes": stats.raw_bytes, "compressed_bytes": stats.compressed_bytes,
@@ -199,6 +201,7 @@ def decompress(input: Path, output: Path, fmt: str | None, dataset: str | None,
                 w.write(t0, frames)
                 bar.update(len(frames))
         dt = time.perf_counter() - t
+        _notes(w.notes)
         raw = math.prod(f.shape) * f.dtype.itemsize
         click.echo(f"{input} -> {output}: {_mb(raw)} {f.dtype} {tuple(f.shape)}, "
                    f"{raw / 1e6 / dt:.1f} MB/s")
@@ -259,13 +262,19 @@ def _compress_into_hdf5(stack: Any, output: Path, opts: Options, progress: Any,
         try:
             stats = compress_stack(stack, tez, opts, force=True, progress=progress)
             meta = stack.metadata or {}
-            hdf5_tree.embed(str(tez), h5, meta.get(hdf5_tree.KEY),
-                            meta.get("dataset") or "/data", meta.get("attrs") or {},
-                            tuple(stack.shape), np.dtype(stack.dtype).name)
+            notes = hdf5_tree.embed(str(tez), h5, meta.get(hdf5_tree.KEY),
+                                    meta.get("dataset") or "/data", meta.get("attrs") or {},
+                                    tuple(stack.shape), np.dtype(stack.dtype).name)
         finally:
             tez.unlink(missing_ok=True)
     stats.compressed_bytes = output.stat().st_size
-    return stats
+    return stats, [n.replace(h5, str(output)) for n in notes]
+
+
+def _notes(notes: list[str]) -> None:
+    """What an output does not keep, one 'tezip: note:' line each on stderr."""
+    for n in notes:
+        click.echo(f"tezip: note: {n}", err=True)
 
 
 def _public_metadata(meta: dict) -> dict:

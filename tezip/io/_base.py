@@ -84,6 +84,7 @@ class Stack:
     shape: tuple[int, ...]
     dtype: np.dtype
     metadata: dict[str, Any]
+    notes: list[str] = []   # what the stack as read does not carry from the file (for the user)
 
     def _setup(
         self, shape: tuple[int, ...], dtype: Any, metadata: dict[str, Any], label: str = ""
@@ -160,6 +161,7 @@ class StackWriter:
         self.dtype = dtype
         self.metadata = metadata
         self.force = force
+        self.notes: list[str] = []     # what the output does not keep (told to the user)
         self._out = _atomic.AtomicOutput(path, force=force, directory=self.is_dir,
                                          replaceable=frame_file if self.is_dir else None)
         self.temp = self._out.temp

@@ -38,13 +38,15 @@ def json_safe(value: Any) -> Any:
     raise TypeError(f"no JSON form for {type(value).__name__}")
 
 
-def _read_attrs(obj: Any) -> dict[str, Any]:
+def _read_attrs(obj: Any, skipped: list[str] | None = None) -> dict[str, Any]:
     attrs = {}
     for key in obj.attrs:
         try:
             attrs[str(key)] = json_safe(obj.attrs[key])
         except (TypeError, OSError, ValueError):
-            continue  # an attribute type JSON cannot carry (reference, empty, compound)
+            # an attribute type JSON cannot carry (reference, empty, compound)
+            if skipped is not None:
+                skipped.append(str(key))
     return attrs
 
 
@@ -101,16 +103,23 @@ class Hdf5Stack(Stack):
             raise InputError(f"cannot open {name} as HDF5: {reason(exc)}") from exc
         try:
             self._ds = self._find(name, dataset)
+            skipped: list[str] = []
             self._setup(
                 self._ds.shape or (),
                 self._ds.dtype,
-                make_metadata(path, "hdf5", self._ds.name, _read_attrs(self._ds)),
+                make_metadata(path, "hdf5", self._ds.name, _read_attrs(self._ds, skipped)),
                 label=f"dataset {self._ds.name} in {name}",
             )
             if keep_file:
                 from tezip.io import hdf5_tree
 
-                self.metadata[hdf5_tree.KEY] = hdf5_tree.capture(self._file, self._ds)
+                record = hdf5_tree.capture(self._file, self._ds)
+                self.metadata[hdf5_tree.KEY] = record
+                self.notes = list(record.get("not_kept") or [])
+            else:
+                self.notes = [f"attribute {self._ds.name}@{k} is not kept (a type the .tez "
+                              "metadata cannot carry: reference, compound or empty)"
+                              for k in skipped]
             self._slab: tuple[int, int, np.ndarray] | None = None
             chunks = self._ds.chunks
             row = math.prod(self.shape[1:]) * self.dtype.itemsize * (chunks[0] if chunks else 1)
@@ -223,8 +232,9 @@ class Hdf5Writer(StackWriter):
             # the original file's other groups, datasets and attributes, and the stack's
             # own creation properties and attributes; only the frames are missing
             self._file, self._ds = hdf5_tree.restore(tree, self.temp, self.shape)
+            self.notes += list(tree.get("not_kept") or [])    # lost when compressing
         else:
-            self._file = h5py.File(self.temp, "w-")
+            self._file = h5py.File(self.temp, "w-", libver=hdf5_tree.LIBVER)
             try:
                 ds = self._file.create_dataset(
                     path, shape=self.shape, dtype=self.dtype, chunks=(1, *self.shape[1:])
@@ -233,7 +243,11 @@ class Hdf5Writer(StackWriter):
                 msg = f"cannot create dataset '{path}' in {self.path}: {reason(exc)}"
                 raise OptionError(msg) from exc
             for key, value in (self.metadata.get("attrs") or {}).items():
-                _write_attr(ds, key, value)
+                try:
+                    _write_attr(ds, key, value)
+                except (TypeError, ValueError, OSError) as exc:
+                    self.notes.append(f"attribute {path}@{key} is not kept in {self.path} "
+                                      f"({reason(exc)})")
             self._ds = ds
         self._need()
         size = reservation(self._ds)
