@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import io, make_bound, predictors
+from . import io, make_bound, mpi_env, predictors
 from .codec import DEFAULT_WINDOW, ArrayStack, Options, TezFile, __version__, compress_stack
 from .codec import check_stack as _check_stack
 from .errors import InputError, OptionError, OutputError, TezipError
@@ -247,17 +247,19 @@ def get_comm() -> Comm:
     if flag in ("0", "no", "off", "false"):
         return SerialComm()
     launched = _launched_size()
-    if launched is None and flag not in ("1", "yes", "on", "true"):
+    slurm = mpi_env.slurm_tasks()       # srun tasks, whether or not PMI variables say so
+    if launched is None and slurm is None and flag not in ("1", "yes", "on", "true"):
         return SerialComm()
     try:
         from mpi4py import MPI
     except ImportError:
-        if launched:
-            raise OptionError(f"started by an MPI launcher with {launched} processes but "
-                              "mpi4py is not installed; install it with "
+        if launched or slurm:
+            raise OptionError(f"started by an MPI launcher (or srun) with {launched or slurm[1]}"
+                              " processes but mpi4py is not installed; install it with "
                               "`pip install tezip[mpi]`, or run without mpirun") from None
         return SerialComm()
     comm = MPI.COMM_WORLD
+    mpi_env.check_world(comm.Get_size())
     if comm.Get_size() == 1:
         if launched and launched > 1:
             raise OptionError(
