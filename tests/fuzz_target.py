@@ -150,6 +150,18 @@ def craft(blob: bytes, rng: np.random.Generator) -> bytes:
     return reseal(blob, edit)
 
 
+def damage_window(blob: bytes, rng: np.random.Generator) -> bytes:
+    """One window payload mutated and the container resealed (index and footer checksums
+    recomputed), but not the window's own checksum of its reconstruction, which a writer
+    computes from the data: the decoder's last line of defence. Every outcome must be a
+    TezipError or exactly the original data (``check``)."""
+    def edit(header: dict, entries: list, payloads: list) -> None:
+        i = int(rng.integers(0, len(payloads)))
+        payloads[i] = mutate(payloads[i], rng)
+
+    return reseal(blob, edit)
+
+
 def check_crafted(blob: bytes) -> str:
     """A resealed file may legitimately decode to other data; what must hold: a TezipError
     or a result of the declared shape and dtype, no other exception, bounded memory."""
