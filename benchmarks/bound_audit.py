@@ -10,8 +10,8 @@ dtype's whole range), compressed with the default predictor ``auto``; plus small
 generated adversarial stacks (constants, zeros, extremes alternating in time, full-range
 noise, values near the dtype limits, one-pixel and tiny frames, 1- and 2-frame stacks,
 4-D multi-channel, denormals, +/-0.0, NaN/Inf islands with payloads, all-NaN, 60 decades
-of magnitude, huge offsets) compressed with ``auto`` and with every classical predictor;
-``prednet+interp`` on a subset.
+of magnitude, huge offsets, near-maximum values mixed with NaN/Inf) compressed with
+``auto`` and with every classical predictor; ``prednet+interp`` on a subset.
 
 Every decoded value is checked against the guarantee of its mode with exact rational
 arithmetic (a float64 filter; values near the limit or past it are decided with
@@ -359,6 +359,13 @@ def adversarial(dtype: str) -> list[tuple[str, np.ndarray]]:
                              * 10.0 ** rng.uniform(-dec, dec, shape)).astype(dt)))
     off = 1e9 if dtype == "float32" else 1e17
     out.append(("huge_offset", (off + _smooth(shape, 11) * 1e3).astype(dt)))
+    # near-maximum values next to NaN (with payloads) and +/-Inf in one stack (issue 14:
+    # a decoder comparing finiteness instead of bit patterns turned NaN into inf there)
+    fmax = np.finfo(dt).max
+    pool = np.array([fmax, -fmax, fmax * 0.99, -fmax * 0.99, np.nextafter(fmax, 0), np.nan,
+                     _nan(dtype, nan_bits[0]), _nan(dtype, nan_bits[1]), np.inf, -np.inf,
+                     0.0, -0.0, 1.0], dt)
+    out.append(("extremes_nonfinite", rng.choice(pool, size=shape)))
     return out
 
 
@@ -399,9 +406,13 @@ def adversarial_modes(a: np.ndarray) -> list[tuple[str, float | None, float | No
 
 INVALID = [("pwrel", 1.0, None), ("pwrel", 1.5, None), ("rel", 0.0, None),
            ("abs", -1.0, None), ("abs", math.nan, None), ("rel", math.inf, None),
-           ("absrel", 1.0, None)]
+           ("absrel", 1.0, None),
+           # issue 14: a point-wise bound below float64 resolution (its grid step is 0),
+           # and a relative bound given to a mode that does not take one
+           ("pwrel", 1e-30, None), ("pwrel", 2.0**-53, None), ("rel", 1e-3, 0.5)]
 LEARNED_SUBSET = {"nan_inf_islands", "multichannel", "tiny_frames", "one_pixel",
-                  "near_limits", "near_max_pm", "denormals", "frame_flip"}
+                  "near_limits", "near_max_pm", "denormals", "frame_flip",
+                  "extremes_nonfinite"}
 LEARNED_MODES = {("rel", 1e-3), ("abs", 3.0), ("pwrel", 1e-2), ("lossless", None)}
 
 
