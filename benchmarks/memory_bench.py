@@ -3,6 +3,7 @@ the memory each command may use.
 
     python benchmarks/memory_bench.py                      # 1024 x 1024 x 1024 float32, 4.3 GB
     python benchmarks/memory_bench.py --frames 64                  # a quicker run
+    python benchmarks/memory_bench.py --frames 64 --window-sweep 16,8,4   # peak per window
 
 Builds (or reuses) ``WORKDIR/big.h5`` with a float32 dataset ``/entry/data/data`` (a smooth
 evolving field plus noise, chunked one frame per chunk, written slab by slab so generation
@@ -18,6 +19,10 @@ exec): stricter than a limit on resident memory, since every mapping counts whet
 or not. cgroup memory limits are not available to this benchmark here. Peak RSS per
 command comes from ``os.wait4`` (the child's own ``ru_maxrss``). Results go to
 ``benchmarks/results/memory.md``.
+
+``--window-sweep W1,W2,...`` instead compresses the stack once per window length, without
+a limit, and writes the peak RSS of each to ``benchmarks/results/memory_windows.md``:
+memory depends on the window, not on the stack.
 """
 
 from __future__ import annotations
@@ -33,8 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
-DATASET = "/entry/data/data"
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from tezip.atomic import atomic_output  # noqa: E402
+
+DATASET = "/entry/data/data"
 
 
 def field_slab(t0: int, t1: int, h: int, w: int, rng: np.random.Generator) -> np.ndarray:
@@ -62,10 +71,9 @@ def build(path: Path, shape: tuple[int, int, int], slab: int = 16) -> float:
                     return 0.0
         except (OSError, KeyError):
             pass
-    tmp = path.with_name(path.name + ".partial")
     rng = np.random.default_rng(12345)
     t = time.perf_counter()
-    with h5py.File(tmp, "w") as f:
+    with atomic_output(path, force=True) as tmp, h5py.File(tmp, "w") as f:
         ds = f.create_dataset(DATASET, shape=shape, dtype=np.float32,
                               chunks=(1, shape[1], shape[2]))
         ds.attrs["units"] = "counts"
@@ -73,7 +81,6 @@ def build(path: Path, shape: tuple[int, int, int], slab: int = 16) -> float:
             t1 = min(shape[0], t0 + slab)
             ds[t0:t1] = field_slab(t0, t1, shape[1], shape[2], rng)
         f.attrs["complete"] = True
-    os.replace(tmp, path)
     return time.perf_counter() - t
 
 
@@ -81,7 +88,8 @@ def run_limited(args: list[str], limit: int) -> dict:
     """Run ``python -m tezip ARGS`` with RLIMIT_AS = limit bytes; wall time, peak RSS."""
 
     def pre() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if limit != resource.RLIM_INFINITY:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     t = time.perf_counter()
     p = subprocess.Popen([sys.executable, "-m", "tezip", *args], preexec_fn=pre,
@@ -110,8 +118,15 @@ def main() -> int:
                          "of 1024 x 1024 frames, more than a 1 GiB limit")
     ap.add_argument("--no-verify", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep big.tez and restored.h5")
-    ap.add_argument("--out-md", default=str(HERE / "results" / "memory.md"))
+    ap.add_argument("--out-md", default=None,
+                    help="default: results/memory.md (results/memory_windows.md with "
+                         "--window-sweep)")
+    ap.add_argument("--window-sweep", help="comma-separated window lengths: peak RSS of "
+                                           "compress per window, no limit")
     a = ap.parse_args()
+    if a.window_sweep:
+        return sweep(a)
+    a.out_md = a.out_md or str(HERE / "results" / "memory.md")
 
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -183,12 +198,53 @@ def main() -> int:
         if r["rc"] != 0:
             md.append(f"- {name} failed: `{r['stderr'][-300:]}`")
     Path(a.out_md).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out_md).write_text("\n".join(md) + "\n")
+    with atomic_output(a.out_md, force=True) as tmp:
+        Path(tmp).write_text("\n".join(md) + "\n")
     print("\n".join(md))
     if not a.keep:
         restored.unlink(missing_ok=True)
     ok = all(r["rc"] == 0 for r in runs.values()) and len(runs) == len(cmds)
     return 0 if ok else 1
+
+
+def sweep(a: argparse.Namespace) -> int:
+    """Peak RSS of compress for each window length, no memory limit."""
+    work = Path(a.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    shape = (a.frames, a.size, a.size)
+    big, tez = work / f"sweep_{a.frames}x{a.size}.h5", work / "sweep.tez"
+    build(big, shape)
+    raw = int(np.prod(shape)) * 4
+    windows = [int(w) for w in a.window_sweep.split(",")]
+    md = ["# Memory per window length", "",
+          f"`python benchmarks/memory_bench.py --frames {a.frames} --size {a.size} "
+          f"--window-sweep {a.window_sweep}` (commit {_commit()})", "",
+          f"- Input: HDF5 `{DATASET}`, {shape} float32, {raw / 1e6:.0f} MB.",
+          "- `tezip compress --mode rel --bound 1e-3 --predictor classical --window W`, no "
+          "memory limit; peak RSS from `os.wait4` (the child's `ru_maxrss`).", "",
+          "| window | frame values per window | exit | wall s | peak RSS MB | bytes per value "
+          "of one window |", "|---|---|---|---|---|---|"]
+    for w in windows:
+        r = run_limited(["compress", str(big), str(tez), "--dataset", DATASET, "--mode", "rel",
+                         "--bound", "1e-3", "--predictor", "classical", "--window", str(w),
+                         "--force"], resource.RLIM_INFINITY)
+        values = w * a.size * a.size
+        md.append(f"| {w} | {values} | {r['rc']} | {r['seconds']:.1f} | "
+                  f"{r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] * 2**20 / values:.0f} |")
+        print(md[-1], flush=True)
+    out = Path(a.out_md or HERE / "results" / "memory_windows.md")
+    with atomic_output(out, force=True) as tmp:
+        Path(tmp).write_text("\n".join(md) + "\n")
+    tez.unlink(missing_ok=True)
+    return 0
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        return "?"
 
 
 if __name__ == "__main__":

@@ -201,7 +201,7 @@ def decompress(input: Path, output: Path, fmt: str | None, dataset: str | None,
                 w.write(t0, frames)
                 bar.update(len(frames))
         dt = time.perf_counter() - t
-        _notes(w.notes)
+        _notes(w.notes)             # after the output is in place: a failure is one line
         raw = math.prod(f.shape) * f.dtype.itemsize
         click.echo(f"{input} -> {output}: {_mb(raw)} {f.dtype} {tuple(f.shape)}, "
                    f"{raw / 1e6 / dt:.1f} MB/s")

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from .atomic import atomic_output
 from .errors import InputError, OptionError
 from .models import ModelConfig, PredNet, default_model_path, load_model, save_model
 
@@ -214,7 +215,8 @@ def train(paths: list[str], out: str | os.PathLike, cfg: TrainConfig, *,
     if rank == 0:
         h = save_model(net, out / "model.safetensors", {"train": metrics["config"]})
         metrics["model_hash"] = h
-        (out / "train_log.json").write_text(json.dumps(metrics, indent=2))
+        with atomic_output(out / "train_log.json", force=True) as tmp:   # rerun replaces it
+            Path(tmp).write_text(json.dumps(metrics, indent=2))
         ck = out / "checkpoint.safetensors"
         if ck.exists():
             ck.unlink()
