@@ -152,7 +152,8 @@ CASES = [
     # issue 14
     ("compress {d}/a.npy {o}.tez --mode pwrel --bound 1e-30", 1, ["lossless"]),
     ("compress {d}/a.npy {o}.tif --bound 1", 1, [".tez", "{o}.tif"]),
-    ("compress {d}/a.npy {d}/dataset_dir --bound 1 --force", 1, [".tez"]),
+    ("compress {d}/a.npy {d}/dataset_dir --bound 1 --force", 1, ["directory", "--force"]),
+    ("compress {d}/a.npy {o}.dat --bound 1", 1, [".tez", "{o}.dat"]),
     ("compress {d}/a.npy {o}.tez --bound 1 --predictor prednet --model {d}/dataset_dir", 1,
      ["dataset_dir", "directory", "!does not exist"]),
     ("compress {d}/neg.npy {o}.tez --bound 1", 1, ["neg.npy", "(-5, 10, 10)", "damaged"]),

@@ -150,12 +150,12 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
         raise OptionError("--rel-bound is only for --mode absrel")
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
                    model=_model(model), threshold=threshold)
+    check_target(output, force=force)       # before reading anything
     suffix = output.suffix.lower()
     if suffix not in (".tez", *_HDF5_SUFFIXES):
         raise OptionError(f"{output}: compress writes a .tez file, or an HDF5 file "
                           f"({', '.join(_HDF5_SUFFIXES)}) with the compressed stream inside; "
                           "give the output one of those extensions")
-    check_target(output, force=force)       # before reading anything
     embed = suffix in _HDF5_SUFFIXES
     with io.open_input(input, dataset=dataset, format=fmt, keep_file=not data_only) as stack, \
             _bar(stack.shape[0], "compress") as bar:
