@@ -477,6 +477,7 @@ def test_writer_checks_frames(tmp_path):
 # issue 14, item 8: shapes tezip does not support are refused, as for .npy
 
 
+@pytest.mark.filterwarnings("ignore:.*separate component planes:DeprecationWarning")  # on purpose
 def test_tiff_with_more_than_one_axis_of_frames_is_refused(tmp_path):
     rng = np.random.default_rng(0)
     a5 = rng.integers(0, 1000, (2, 3, 4, 8, 8)).astype(np.uint16)
@@ -496,6 +497,7 @@ def test_tiff_with_more_than_one_axis_of_frames_is_refused(tmp_path):
         assert s.shape == (3, 8, 8, 3)
 
 
+@pytest.mark.filterwarnings("ignore:.*separate component planes:DeprecationWarning")  # on purpose
 def test_folder_of_plane_stacks_is_refused_not_read_as_channels(tmp_path):
     rng = np.random.default_rng(1)
     for n in (3, 4):
