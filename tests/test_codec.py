@@ -16,56 +16,80 @@ from tezip import predictors, quantize
 from tezip.container import FORMAT_VERSION, MAGIC
 
 
-def _round_trip(pred, x, qp, model=None):
-    """Encode with a predictor and decode through a take() that replays the codes."""
-    from tezip.codec import _resolve_predictor, _run
-    pred = _resolve_predictor(pred, qp, model)
-    m = quantize.masks(x, qp)
-    codes, ctx, out = _run(pred, x, qp, m)
-    assert codes.shape == ctx.shape == (x.size,)
-    assert ctx.min() >= 0 and ctx.max() < pred.n_contexts
-    pos = 0
+def _round_trip(name, x, qp, config=None):
+    """Code window ``x`` with predictor ``name`` (its tuned configuration, or ``config``)
+    and decode it; returns (encoder's reconstruction, decoded)."""
+    from tezip.codec import decode_window, encode_window
 
-    def take(c):
-        nonlocal pos
-        assert np.array_equal(c.ravel(), ctx[pos:pos + c.size]), "decoder context differs"
-        pos += c.size
-        return codes[pos - c.size:pos]
-
-    if pred.domain == "grid":
-        back = quantize.from_grid(pred.decode(x.shape, take), qp, m)
+    if config is not None:
+        pred = predictors.get(name)
+        orig = pred.configs
+        pred.configs = lambda *a: [config]          # a single candidate: coded as given
+        try:
+            data, used = encode_window(x, qp, (name,))
+        finally:
+            pred.configs = orig
     else:
-        back = quantize.from_values(pred.decode(x.shape, quantize.value_grid(qp), take), qp, m)
-    assert pos == codes.size
-    return out, back
+        data, used = encode_window(x, qp, (name,))
+    assert used == ("bits" if qp.kind == "bits" else name)
+    back = decode_window(data, qp, x.shape[1:], x.shape[0])
+    return data, back
 
 
-CLASSICAL = [n for n in predictors.names() if n not in predictors.LEARNED]
+QPS = {"float": quantize.QuantParams("float", "float32", step=0.2, eb=0.1),
+       "int": quantize.QuantParams("int", "uint16", step=7.0, eb=3.0),
+       "identity": quantize.QuantParams("identity", "uint16"),
+       "bits": quantize.QuantParams("bits", "float32"),
+       "log": quantize.QuantParams("log", "float32", step=0.02, eb=0.007)}
 
 
-@pytest.mark.parametrize("name", CLASSICAL)
-@pytest.mark.parametrize("shape", [(16, 33, 17), (5, 1, 9), (3, 4, 5, 3), (2, 64, 2), (1, 3, 3)])
-@pytest.mark.parametrize("kind", ["float", "int", "bits", "log"])
-def test_predictors_decode_exactly_what_they_encode(name, shape, kind):
+def _data(kind, shape):
     rng = np.random.default_rng(1)
-    if kind == "int":
-        x = rng.integers(0, 60000, size=shape).astype(np.uint16)
-        qp = quantize.QuantParams("int", "uint16", step=7.0, eb=3.0)
-    else:
-        x = (np.cumsum(rng.normal(size=shape), axis=0) * 1e3).astype(np.float32)
-        qp = {"float": quantize.QuantParams("float", "float32", step=0.2, eb=0.1),
-              "bits": quantize.QuantParams("bits", "float32"),
-              "log": quantize.QuantParams("log", "float32", step=0.02, eb=0.007)}[kind]
-    out, back = _round_trip(name, x, qp)
-    assert np.array_equal(out, back, equal_nan=True)
+    if kind in ("int", "identity"):
+        return rng.integers(0, 60000, size=shape).astype(np.uint16)
+    x = (np.cumsum(rng.normal(size=shape), axis=0) * 1e3).astype(np.float32)
+    if kind != "log":
+        x.reshape(-1)[::97] = np.nan
+        x.reshape(-1)[5::101] = -np.inf
+    x.reshape(-1)[3::89] = 0.0
+    x.reshape(-1)[7::89] = -0.0
+    return x
+
+
+@pytest.mark.parametrize("name", predictors.CLASSICAL_CANDIDATES)
+@pytest.mark.parametrize("shape", [(16, 33, 17), (5, 1, 9), (3, 4, 5, 3), (2, 64, 2), (2, 3, 3)])
+@pytest.mark.parametrize("kind", list(QPS))
+def test_predictors_decode_exactly_what_they_encode(name, shape, kind):
+    x = _data(kind, shape)
+    qp = QPS[kind]
+    _, back = _round_trip(name, x, qp)
+    check_bound(x, back, *{"float": ("abs", 0.1), "int": ("abs", 3), "identity": ("lossless", None),
+                           "bits": ("lossless", None), "log": ("pwrel", 0.007)}[kind])
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 1, 0], [1, 2, 0]])
+@pytest.mark.parametrize("cubic", [False, True])
+@pytest.mark.parametrize("ab", [[1.0, 1.0], [2.0, 3.0]])
+@pytest.mark.parametrize("anchor", [0, 4, 32])
+def test_every_interpolation_configuration_round_trips(order, cubic, ab, anchor):
+    x = _data("float", (9, 21, 14))
+    cfg = {"order": order, "cubic": cubic, "ab": ab, "anchor": anchor}
+    data, back = _round_trip("interp", x, QPS["float"], cfg)
+    check_bound(x, back, "abs", 0.1)
+    with tezip.TezFile(tezip.compress(x, mode="abs", bound=0.1)) as f:
+        assert f.window_meta(0)["p"] in predictors.CLASSICAL_CANDIDATES
 
 
 def test_grid_predictors_wrap_consistently_at_int64_limits():
-    x = np.array([np.iinfo(np.int32).max, np.iinfo(np.int32).min] * 32, np.int32).reshape(4, 4, 4)
-    qp = quantize.QuantParams("identity", "int32")
-    for name in CLASSICAL:
-        out, back = _round_trip(name, x, qp)
-        assert np.array_equal(out, x) and np.array_equal(back, x), name
+    info = np.finfo(np.float64)
+    x = np.array([info.max, -info.max, np.nan, -0.0, info.tiny, -np.inf] * 16,
+                 np.float64).reshape(4, 4, 6)
+    _, back = _round_trip("interp", x, quantize.QuantParams("bits", "float64"))
+    assert back.tobytes() == x.tobytes()
+    y = np.array([np.iinfo(np.int32).max, np.iinfo(np.int32).min] * 32, np.int32).reshape(4, 4, 4)
+    for name in predictors.CLASSICAL_CANDIDATES:
+        _, back = _round_trip(name, y, quantize.QuantParams("identity", "int32"))
+        assert np.array_equal(back, y), name
 
 
 def test_auto_is_never_worse_than_the_best_fixed_predictor():
@@ -88,8 +112,8 @@ def test_random_access_decodes_only_needed_windows(tmp_path, monkeypatch):
     full = tezip.decompress(p.read_bytes())
     with tezip.open(p) as f:
         calls = []
-        orig = f.decode_window
-        monkeypatch.setattr(f, "decode_window", lambda i: calls.append(i) or orig(i))
+        orig = f._decode
+        monkeypatch.setattr(f, "_decode", lambda i, data: calls.append(i) or orig(i, data))
         assert np.array_equal(f[10:20], full[10:20])
         assert calls == [1, 2]
         assert np.array_equal(f[17], full[17])

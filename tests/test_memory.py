@@ -18,14 +18,19 @@ h5py = pytest.importorskip("h5py")
 SHAPE = (512, 256, 256)  # float32: 128 MB
 MARGIN = 250 << 20
 DATASET = "/entry/data/data"
-IMPORTS = ("import tezip.cli, tezip.codec, tezip.io.hdf5, h5py, zstandard, constriction, "
-           "numpy, tqdm, click")
+IMPORTS = ("import tezip, tezip.cli, tezip.codec, tezip.io.hdf5, h5py, zstandard, numpy, "
+           "tqdm, click")
+# the compiled kernels: loaded (or compiled and cached) by coding a small stack the way
+# the commands will; numba's compiler and the loaded code are part of the baseline
+WARM = ("import numpy as np\n"
+        "a = np.sin(np.arange(4 * 40 * 40, dtype=np.float32) / 50).reshape(4, 40, 40)\n"
+        "tezip.decompress(tezip.compress(a, mode='rel', bound=1e-3, predictor='classical'))")
 
 
 def _import_peak() -> int:
-    """VmPeak of a Python that imported what the commands import, in bytes."""
-    code = (f"{IMPORTS}\nprint(next(int(l.split()[1]) for l in open('/proc/self/status') "
-            "if l.startswith('VmPeak')))")
+    """VmPeak of a Python that imported and warmed up what the commands use, in bytes."""
+    code = (f"{IMPORTS}\n{WARM}\nprint(next(int(l.split()[1]) for l in "
+            "open('/proc/self/status') if l.startswith('VmPeak')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     return int(out) * 1024

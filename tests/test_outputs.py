@@ -115,11 +115,11 @@ def test_compress_does_not_replace_a_file_that_appeared_meanwhile(src, tmp_path)
         shape, dtype, metadata = a.shape, a.dtype, {}
 
         def read(self, t0, t1):
-            if t0 >= 16 and not out.exists():
+            if t0 >= 8 and not out.exists():
                 out.write_bytes(b"the other process's file")
             return a[t0:t1]
 
-    opts = tezip.Options(tezip.make_bound("abs", 1e-2), predictor="previous")
+    opts = tezip.Options(tezip.make_bound("abs", 1e-2), predictor="lorenzo", window=8, threads=1)
     with pytest.raises(tezip.OutputExistsError, match="appeared"):
         tezip.codec.compress_stack(Racing(), out, opts)
     assert out.read_bytes() == b"the other process's file"
@@ -149,7 +149,7 @@ def test_two_processes_without_force_one_wins(src, tmp_path):
     says the output appeared or exists, and the file is a complete .tez."""
     out = tmp_path / "race.tez"
     cmd = [sys.executable, "-m", "tezip", "compress", str(src / "a.npy"), str(out),
-           "--mode", "abs", "--bound", "1e-2", "--predictor", "previous"]
+           "--mode", "abs", "--bound", "1e-2", "--predictor", "lorenzo"]
     procs = [subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     assert sorted(rc for rc, _ in results) == [0, 1], results

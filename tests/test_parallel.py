@@ -24,7 +24,7 @@ from tezip import parallel
 from tezip.errors import InputError, TezipError
 
 BOUND = 1e-3
-ARGS = ("--bound", str(BOUND), "--shard-size", "0.005", "--quiet")
+ARGS = ("--bound", str(BOUND), "--shard-size", "0.005", "--window", "16", "--quiet")
 
 
 def _env() -> dict[str, str]:
@@ -198,7 +198,7 @@ def test_resume_rewrites_only_what_is_missing(one_rank, tmp_path):
     assert (d / "manifest.json").read_text() == (ds / "manifest.json").read_text()
     # other options: nothing is reused, the manifest follows
     p = run("prepare", "a.npy", "--out", "ds", "--bound", "1e-2", "--shard-size", "0.005",
-            "--quiet", cwd=work)
+            "--window", "16", "--quiet", cwd=work)
     assert "(3 written, 0 reused)" in p.stdout
     assert sorted(x.name for x in d.glob("shard-*")) == [
         f"shard-{i:06d}.tez{s}" for i in range(3) for s in ("", ".json")]
@@ -207,7 +207,8 @@ def test_resume_rewrites_only_what_is_missing(one_rank, tmp_path):
 def test_resume_after_sigkill(tmp_path):
     a = smooth_stack((16 * 14, 48, 48), "float32", seed=5)
     np.save(tmp_path / "big.npy", a)
-    args = ("prepare", "big.npy", "--bound", str(BOUND), "--shard-size", "0.01", "--quiet")
+    args = ("prepare", "big.npy", "--bound", str(BOUND), "--shard-size", "0.01", "--window",
+            "16", "--quiet")
     d = tmp_path / "ds"
     proc = subprocess.Popen([sys.executable, "-m", "tezip", *args, "--out", "ds"],
                             cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
@@ -278,7 +279,8 @@ def test_failure_while_encoding_keeps_finished_shards(tmp_path, monkeypatch):
 
     monkeypatch.setattr(parallel, "compress_stack", flaky)
     cfg = parallel.PrepareConfig(("a.npy", "b.npy", "c.h5"), Path("ds"),
-                                 parallel.CodecConfig("rel", BOUND), shard_size_mb=0.005,
+                                 parallel.CodecConfig("rel", BOUND, window=16),
+                                 shard_size_mb=0.005,
                                  progress=False)
     with pytest.raises(parallel.RankFailure, match="rank 0 failed on b.npy: No space left"):
         parallel.prepare(cfg, parallel.SerialComm())

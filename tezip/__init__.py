@@ -125,16 +125,19 @@ def _json_metadata(value: object, where: str = "metadata") -> object:
 def compress(array: np.ndarray, mode: str = "rel", bound: float | None = 1e-3, *,
              rel_bound: float | None = None, predictor: str = "auto",
              window: int = DEFAULT_WINDOW, metadata: dict | None = None,
-             model: str | os.PathLike | None = None, threshold: float | None = None) -> bytes:
+             model: str | os.PathLike | None = None, threshold: float | None = None,
+             threads: int | None = None) -> bytes:
     """Compress a (T, H, W) or (T, H, W, C) array into the bytes of a .tez file.
     ``bound``: the bound of ``mode`` (for ``absrel`` the absolute one, with ``rel_bound``
     the relative one); ``model``: learned model file (default: the shipped one);
     ``threshold``: dynamic windows (see ``tezip.windows.dynamic_windows``); ``metadata``:
-    a JSON-like dict stored in the header."""
+    a JSON-like dict stored in the header; ``threads``: windows coded in parallel
+    (default: one thread per CPU)."""
     if mode == "lossless" and isinstance(bound, float) and bound == 1e-3:
         bound = None
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
-                   model=None if model is None else str(model), threshold=threshold)
+                   model=None if model is None else str(model), threshold=threshold,
+                   threads=threads)
     if metadata is not None and not isinstance(metadata, dict):
         raise OptionError(f"metadata must be a dict, got {type(metadata).__name__}")
     meta = _json_metadata(metadata or {})
@@ -162,10 +165,11 @@ def _source(data: object, what: str) -> bytes | str | os.PathLike:
 
 
 def decompress(data: bytes | os.PathLike | str,
-               model: str | os.PathLike | None = None) -> np.ndarray:
-    """Decode the bytes of a .tez file (or a path to one) into an array."""
+               model: str | os.PathLike | None = None, threads: int | None = None) -> np.ndarray:
+    """Decode the bytes of a .tez file (or a path to one) into an array (windows decoded
+    in ``threads`` threads; default one per CPU)."""
     with TezFile(_source(data, "decompress()"),  # type: ignore[arg-type]
-                 model=None if model is None else str(model)) as f:
+                 model=None if model is None else str(model), threads=threads) as f:
         need = int(np.prod(f.shape, dtype=np.float64)) * f.dtype.itemsize
         if need > _memory_limit():
             raise TezipError(f"the stack needs {need / 2**30:.1f} GiB, more than this machine's "

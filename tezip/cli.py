@@ -114,7 +114,10 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--bound", type=float, help="error bound (see --mode)")
 @click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
 @click.option("--predictor", default="auto", show_default=True,
-              help=f"auto or one of: {', '.join(predictors.names())}")
+              help="auto (per window, the predictor and settings that code it smallest), "
+                   "classical, or one of: " + ", ".join(predictors.CLASSICAL_CANDIDATES))
+@click.option("--threads", type=click.IntRange(min=1),
+              help="windows coded in parallel (default: one thread per CPU)")
 @click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
               help="frames per independently decodable window (with --threshold: at most)")
 @click.option("--threshold", type=float,
@@ -130,7 +133,8 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--force", is_flag=True, help="overwrite OUTPUT if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def compress(input: Path, output: Path, mode: str | None, bound: float | None,
-             rel_bound: float | None, predictor: str, window: int, threshold: float | None,
+             rel_bound: float | None, predictor: str, threads: int | None, window: int,
+             threshold: float | None,
              dataset: str | None, fmt: str | None, model: Path | None, data_only: bool,
              force: bool, as_json: bool) -> None:
     """Compress INPUT (.npy, HDF5, multi-page TIFF, or a folder of PNG/TIFF frames) into
@@ -149,7 +153,7 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
     if mode != "absrel" and rel_bound is not None:
         raise OptionError("--rel-bound is only for --mode absrel")
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
-                   model=_model(model), threshold=threshold)
+                   model=_model(model), threshold=threshold, threads=threads)
     check_target(output, force=force)       # before reading anything
     suffix = output.suffix.lower()
     if suffix not in (".tez", *_HDF5_SUFFIXES):
@@ -188,11 +192,13 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
               help="output format (default: from the extension)")
 @click.option("--dataset", help="dataset path for an HDF5 output (default: the original's)")
 @click.option("--model", type=click.Path(path_type=Path), help=_MODEL_HELP)
+@click.option("--threads", type=click.IntRange(min=1),
+              help="windows decoded in parallel (default: one thread per CPU)")
 @click.option("--force", is_flag=True, help="overwrite OUTPUT if it exists")
 def decompress(input: Path, output: Path, fmt: str | None, dataset: str | None,
-               model: Path | None, force: bool) -> None:
+               model: Path | None, threads: int | None, force: bool) -> None:
     """Decompress INPUT.tez into OUTPUT (format from the extension or --format)."""
-    with TezFile(input, model=_model(model)) as f:
+    with TezFile(input, model=_model(model), threads=threads) as f:
         meta = dict(f.metadata)
         with io.open_output(output, f.shape, f.dtype, metadata=meta, format=fmt,
                             dataset=dataset, force=force) as w, _bar(len(f), "decompress") as bar:
@@ -362,7 +368,8 @@ def _verify_dataset(directory: Path, as_json: bool) -> None:
 @click.option("--bound", type=float, help="error bound (see --mode)")
 @click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
 @click.option("--predictor", default="auto", show_default=True,
-              help=f"auto or one of: {', '.join(predictors.names())}")
+              help="auto (per window, the predictor and settings that code it smallest), "
+                   "classical, or one of: " + ", ".join(predictors.CLASSICAL_CANDIDATES))
 @click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
               help="frames per independently decodable window")
 @click.option("--dataset", help="dataset path inside HDF5 inputs (or give FILE.h5:/path)")

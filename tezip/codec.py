@@ -1,288 +1,267 @@
 """The encoder and decoder: compose quantizer, predictor, entropy coder and container.
 
-The pipeline per window is pure functions over numpy arrays (``encode_window`` /
-``decode_window``); ``compress_stack`` and ``TezFile`` do the I/O at the edges, streaming
-one window at a time so memory stays bounded by the window size.
+Per window (pure functions over numpy arrays): ``encode_window`` ranks the candidate
+predictors and their configurations by estimated size on a sample of the window, codes
+the window with the best one and packs the payload; ``decode_window`` reverses it.
+``compress_stack`` and ``TezFile`` do the I/O at the edges, streaming windows so memory
+stays bounded by a few windows; windows are coded and decoded in parallel threads (the
+kernels release the GIL).
 """
 
 from __future__ import annotations
 
-import functools
-import json
+import concurrent.futures as cf
 import math
 import os
 import re
-import struct
+import threading
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import zstandard
 
-from . import entropy, predictors, quantize
+from . import predictors
 from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
-from .quantize import ErrorBound, QuantParams, check_dtype, resolve
+from .kernels.consts import MODE_LOG
+from .quantize import ErrorBound, Quantizer, QuantParams, check_dtype, quantizer, resolve
 from .windows import MAX_WINDOW_VALUES, dynamic_windows, fixed_windows, window_length
 
-__version__ = "0.1.0"
-DEFAULT_WINDOW = 16
-_META_LEN = struct.Struct("<I")
-_MAX_META = 1 << 16
+__version__ = "0.2.0"
+DEFAULT_WINDOW = 32
 _SHA256 = re.compile("[0-9a-f]{64}")
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
 class Options:
-    """Codec options: the error bound; the predictor ('auto': every available predictor,
-    learned included; 'classical': the classical ones; or a registered name); the window
-    length in frames (SWP), or with ``threshold`` the maximum length of dynamic windows
-    (DWP, see ``windows.dynamic_windows``); the learned model file (None: the shipped
-    default)."""
+    """Codec options: the error bound; the predictor ('auto' and 'classical': the
+    classical predictors, ranked per window; or a registered name); the window length in
+    frames (SWP), or with ``threshold`` the maximum length of dynamic windows (DWP, see
+    ``windows.dynamic_windows``); worker threads (None: one per CPU)."""
 
     bound: ErrorBound
     predictor: str = "auto"
     window: int = DEFAULT_WINDOW
     model: str | None = None
     threshold: float | None = None
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not (self.threshold > 0 and
                                                math.isfinite(self.threshold)):
             raise OptionError(f"threshold must be a positive fraction of the value range, "
                               f"got {self.threshold}")
-        if self.predictor not in ("auto", "classical", *predictors.names()):
+        allowed = ("auto", "classical", *predictors.CLASSICAL_CANDIDATES)
+        if self.predictor not in allowed:
             raise OptionError(f"unknown predictor '{self.predictor}'; choose one of "
-                              f"{', '.join(['auto', 'classical', *predictors.names()])}")
+                              f"{', '.join(allowed)}")
         if not isinstance(self.window, int) or self.window < 1:
             raise OptionError(f"window must be a positive number of frames, got {self.window}")
-        if self.predictor in predictors.LEARNED and not predictors.learned_available(self.model):
-            raise OptionError(f"predictor '{self.predictor}' needs torch and a model file; "
-                              "install torch or pass --model")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise OptionError(f"threads must be a positive number, got {self.threads}")
 
     def candidates(self) -> tuple[str, ...]:
-        if self.predictor == "classical":
+        if self.predictor in ("auto", "classical"):
             return predictors.CLASSICAL_CANDIDATES
-        if self.predictor == "auto":
-            learned = predictors.LEARNED if predictors.learned_available(self.model) else ()
-            return predictors.CLASSICAL_CANDIDATES + learned
         return (self.predictor,)
+
+    def n_threads(self) -> int:
+        return self.threads or default_threads()
 
 
 # ---------------------------------------------------------------------------------------
 # one window
 
 
-def _window_crc(values: np.ndarray) -> int:
+def window_crc(values: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"),
                                                           copy=False).tobytes()) & 0xFFFFFFFF
 
 
-_SAMPLE_SIDE = 128
-_SAMPLE_FRAMES = 4
+_TILE = 33                # sample tiles: _TILE x _TILE pixels over every frame of the window
+_SAMPLE_VALUES = 1 << 17  # at least this many values (or the whole window)
+_SAMPLE_FRACTION = 0.03   # and about this fraction of a large window
 
 
-def _sample(x: np.ndarray) -> np.ndarray:
-    """A central crop of the first frames: enough to rank predictors at a fraction of the
-    cost of coding the window."""
-    h, w = x.shape[1:3]
-    y0, x0 = max(0, (h - _SAMPLE_SIDE) // 2), max(0, (w - _SAMPLE_SIDE) // 2)
-    return x[:_SAMPLE_FRAMES, y0:y0 + _SAMPLE_SIDE, x0:x0 + _SAMPLE_SIDE]
+def sample_tiles(x: np.ndarray) -> np.ndarray:
+    """Tiles of the window (every frame, a grid of spatial crops) stacked as channels:
+    (T, tile, tile, k * C). The whole window when it is small."""
+    t, h, w = x.shape[:3]
+    if x.size <= _SAMPLE_VALUES or h < 2 * _TILE or w < 2 * _TILE:
+        return x
+    per = t * _TILE * _TILE * (x.shape[3] if x.ndim == 4 else 1)
+    k = max(2, math.ceil(max(_SAMPLE_VALUES, _SAMPLE_FRACTION * x.size) / per))
+    ny = max(1, min(h // _TILE, round(math.sqrt(k * h / w))))
+    nx = max(1, min(w // _TILE, math.ceil(k / ny)))
+    ys = np.linspace(0, h - _TILE, ny).round().astype(int)
+    xs = np.linspace(0, w - _TILE, nx).round().astype(int)
+    tiles = [x[:, y0:y0 + _TILE, x0:x0 + _TILE] for y0 in ys for x0 in xs]
+    if x.ndim == 3:
+        return np.ascontiguousarray(np.stack(tiles, axis=-1))
+    return np.ascontiguousarray(np.concatenate(tiles, axis=-1))
 
 
-def _resolve_predictor(name: str, qp: QuantParams, model: str | None = None) -> Any:
-    pred = predictors.get(name, model)
-    if pred.domain == "value" and qp.kind == "bits":
-        return pred.grid_fallback       # bit-exact floats have no value domain
-    return pred
+def sign_map(x: np.ndarray, quant: Quantizer) -> np.ndarray:
+    """Point-wise relative mode: +-1 by sign, +-2 for exact zeros (skipped by the
+    kernels); other modes: a dummy."""
+    if quant.mode != MODE_LOG:
+        return np.zeros(1, np.int8)
+    neg = np.signbit(x)
+    s = np.where(neg, np.int8(-1), np.int8(1))
+    return np.where(x == 0, s * 2, s).astype(np.int8)
 
 
-def _run(pred: Any, x: np.ndarray, qp: QuantParams,
-         m: quantize.Masks | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """codes, contexts and the reconstruction (in p.dtype, before outliers)."""
-    if pred.domain == "grid":
-        codes, ctx, q = pred.encode(quantize.grid_codes(x, qp))
-        return codes, ctx, quantize.from_grid(q, qp, m)
-    codes, ctx, y = pred.encode(quantize.value_domain(x, qp), quantize.value_grid(qp))
-    return codes, ctx, quantize.from_values(y, qp, m)
+def _masks_bytes(x: np.ndarray) -> bytes:
+    return np.packbits(np.signbit(x).ravel()).tobytes() + np.packbits((x == 0).ravel()).tobytes()
 
 
-def _rank(x: np.ndarray, qp: QuantParams, candidates: tuple[str, ...],
-          model: str | None) -> list[str]:
-    """Candidates by estimated code length on a sample of the window, shortest first."""
+def _sgn_from_masks(raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    n = math.prod(shape)
+    plen = (n + 7) // 8
+    if len(raw) != 2 * plen:
+        raise CorruptFileError("bad mask section")
+    b = np.frombuffer(raw, np.uint8)
+    neg = np.unpackbits(b[:plen], count=n).astype(bool)
+    zero = np.unpackbits(b[plen:], count=n).astype(bool)
+    s = np.where(neg, np.int8(-1), np.int8(1))
+    return np.where(zero, s * 2, s).astype(np.int8).reshape(shape)
+
+
+def _estimate(coded: predictors.Coded, itemsize: int) -> float:
+    from . import entropy
+
+    return entropy.estimate_bits(coded.codes, coded.ctx, coded.n_ctx, coded.groups,
+                                 8.0 * itemsize, coded.has_outliers)
+
+
+def choose(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...]) -> tuple[str, dict]:
+    """The predictor and configuration to code window ``x`` with (smallest estimate on a
+    sample of the window)."""
     if len(candidates) == 1:
-        return list(candidates)
-    sample = _sample(x)
-    m = quantize.masks(sample, qp)
-    costs = []
-    for cand in candidates:
-        pred = _resolve_predictor(cand, qp, model)
-        codes, ctx, _ = _run(pred, sample, qp, m)
-        costs.append((entropy.estimate_bits(codes, ctx, pred.n_contexts), cand))
-    return [c for _, c in sorted(costs)]
-
-
-def _usable(candidates: tuple[str, ...], x: np.ndarray, qp: QuantParams,
-            model: str | None) -> tuple[str, ...]:
-    """Drop learned candidates that cannot run on ``x``: bit-exact float coding (no value
-    domain; their fallback duplicates 'previous') and a model for another channel count."""
-    if not any(c in predictors.LEARNED for c in candidates):
-        return candidates
-    channels = x.shape[3] if x.ndim == 4 else 1
-    keep = []
-    for c in candidates:
-        if c in predictors.LEARNED:
-            if qp.kind == "bits" and len(candidates) > 1:
-                continue
-            pred = predictors.get(c, model)
-            if pred.channels != channels:
-                if len(candidates) == 1:
-                    raise OptionError(
-                        f"the model {pred.model.path} forecasts {pred.channels}-channel frames "
-                        f"but the data have {channels} channel(s); train one with "
-                        f"'tezip train' on such data or use --predictor classical")
-                continue
-        keep.append(c)
-    return tuple(keep)
-
-
-def _zstd(data: bytes) -> bytes:
-    return zstandard.ZstdCompressor(level=3).compress(data) if data else b""
-
-
-def _unzstd(data: bytes, size: int) -> bytes:
-    if size == 0:
-        if data:
-            raise CorruptFileError("unexpected data in an empty section")
-        return b""
-    return entropy.unzstd_exact(data, size)
+        cfgs = predictors.get(candidates[0]).configs(x, quant)
+        if len(cfgs) == 1:
+            return candidates[0], cfgs[0]
+    sample = sample_tiles(x)
+    sgn = sign_map(sample, quant)
+    best = None
+    for name in candidates:
+        bits, cfg = predictors.get(name).tune(sample, quant, sgn,
+                                              lambda c: _estimate(c, sample.itemsize))
+        if best is None or bits < best[0]:
+            best = (bits, name, cfg)
+    assert best is not None
+    return best[1], best[2]
 
 
 def _fp_quiet(fn: Callable) -> Callable:
-    """Run ``fn`` without numpy floating-point warnings: near the float limits predictions
-    overflow to inf/nan by design; the exact bound check turns those values into outliers
-    (stored exactly) and the window CRC guards the decoder, so the warnings are noise."""
-    @functools.wraps(fn)
+    """Run ``fn`` without numpy floating-point warnings (near the float limits values
+    overflow by design; the exact checks store those values exactly)."""
     def quiet(*args: Any, **kwargs: Any) -> Any:
         with np.errstate(all="ignore"):
             return fn(*args, **kwargs)
+    quiet.__doc__ = fn.__doc__
+    quiet.__name__ = fn.__name__
     return quiet
 
 
 @_fp_quiet
-def encode_window(x: np.ndarray, qp: QuantParams, candidates: tuple[str, ...] | str,
-                  model: str | None = None) -> tuple[bytes, str]:
+def encode_window(x: np.ndarray, qp: QuantParams,
+                  candidates: tuple[str, ...] = predictors.CLASSICAL_CANDIDATES
+                  ) -> tuple[bytes, str]:
     """Frames ``x`` (native dtype) -> window payload; returns (payload, predictor used)."""
+    from . import entropy, payload
+    from .predictors.lossless import ordered
+
     x = np.ascontiguousarray(x)
-    if isinstance(candidates, str):
-        candidates = Options(ErrorBound("lossless"), candidates, model=model).candidates()
-    ranked = _rank(x, qp, _usable(candidates, x, qp, model), model)
-    payload, name = _encode_with(ranked[0], x, qp, model)
-    if name in predictors.LEARNED:
-        # A short sample ranks learned and classical predictors less reliably than
-        # classical ones among themselves (warm-up of the recurrent state, interpolation
-        # in time): code the window with the best classical one too and keep the smaller,
-        # so a window never costs more with the learned candidates than without them.
-        alt = next((c for c in ranked if c not in predictors.LEARNED), None)
-        if alt is not None:
-            other, alt_name = _encode_with(alt, x, qp, model)
-            if len(other) <= len(payload):
-                payload, name = other, alt_name
-    return payload, name
-
-
-def _encode_with(name: str, x: np.ndarray, qp: QuantParams,
-                 model: str | None) -> tuple[bytes, str]:
-    pred = _resolve_predictor(name, qp, model)
-    if name in predictors.LEARNED and not hasattr(pred, "hash"):
-        name = pred.name     # bit-exact floats: the learned predictor's grid fallback ran
-    m = quantize.masks(x, qp)
-    codes, ctx, out = _run(pred, x, qp, m)
-    stream = entropy.encode(codes, ctx, pred.n_contexts)
-    outliers = quantize.find_outliers(x, out, qp)
-    values = x.reshape(-1)[outliers]
-    out.reshape(-1)[outliers] = values
-    masks = b""
-    if m is not None:
-        masks = np.packbits(m.signs).tobytes() + np.packbits(m.zeros).tobytes()
-    sections = [stream, _zstd(np.diff(outliers, prepend=0).astype("<u4").tobytes()),
-                _zstd(values.astype(values.dtype.newbyteorder("<")).tobytes()), _zstd(masks)]
-    meta = {"p": name, "n": int(x.shape[0]), "o": int(outliers.size),
-            "s": [len(s) for s in sections], "c": _window_crc(out)}
-    if hasattr(pred, "last_forecast_crc"):
-        meta["f"] = pred.last_forecast_crc
-    mb = json.dumps(meta, separators=(",", ":")).encode()
-    return _META_LEN.pack(len(mb)) + mb + b"".join(sections), name
+    quant = quantizer(qp)
+    sections: dict[str, bytes] = {}
+    if qp.kind == "bits":
+        pred = predictors.get("bits")
+        q = ordered(x)
+        sample = sample_tiles(q)
+        cfg = min(pred.configs(q), key=lambda c: _estimate(pred.encode(sample, c), 8))
+        coded = pred.encode(q, cfg)
+        name, out = "bits", x
+    else:
+        name, cfg = choose(x, quant, candidates)
+        pred = predictors.get(name)
+        coded = pred.encode(x, quant, cfg, sign_map(x, quant))
+        out = coded.out
+        if coded.outliers.size:
+            sections["outliers"] = x.reshape(-1)[coded.outliers].astype(
+                x.dtype.newbyteorder("<")).tobytes()
+        if quant.mode == MODE_LOG:
+            sections["masks"] = _masks_bytes(x)
+    streams = entropy.encode(coded.codes, coded.ctx, coded.n_ctx, coded.groups,
+                             coded.has_outliers)
+    sections.update(model=streams.model, words=streams.words, low=streams.low)
+    meta = {"p": name, "cfg": coded.config, "n": int(x.shape[0]),
+            "o": int(coded.outliers.size), "c": window_crc(out), **coded.extra}
+    return payload.pack(meta, sections), name
 
 
 @_fp_quiet
-def decode_window(payload: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
-                  frames: int, model: str | None = None,
-                  model_hash: str | None = None) -> np.ndarray:
+def decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
+                  frames: int) -> np.ndarray:
     """Inverse of ``encode_window``; any inconsistency -> CorruptFileError, a result that
     differs from the encoder's -> DecodeMismatchError."""
-    if len(payload) < _META_LEN.size:
-        raise CorruptFileError("truncated window")
-    (mlen,) = _META_LEN.unpack_from(payload)
-    if mlen > _MAX_META or _META_LEN.size + mlen > len(payload):
-        raise CorruptFileError("bad window metadata length")
-    try:
-        meta = json.loads(payload[_META_LEN.size:_META_LEN.size + mlen])
-        name, n_frames, n_out = str(meta["p"]), int(meta["n"]), int(meta["o"])
-        sizes, crc = [int(v) for v in meta["s"]], int(meta["c"])
-    except (ValueError, KeyError, TypeError, OverflowError):
-        raise CorruptFileError("bad window metadata") from None
+    from . import entropy, payload
+    from .predictors.lossless import from_ordered
+
     shape = (frames, *frame_shape)
     n = math.prod(shape)
-    if (n_frames != frames or len(sizes) != 4 or min(sizes) < 0 or not 0 <= n_out <= n
-            or _META_LEN.size + mlen + sum(sizes) != len(payload)):
-        raise CorruptFileError("window metadata does not match the index")
-    if name not in predictors.names():
-        raise CorruptFileError(f"window uses unknown predictor '{name}'")
-    if name in predictors.LEARNED:
-        if model_hash is None:
-            raise CorruptFileError("window uses a learned predictor but no model is recorded")
-        if not predictors.learned_available(model):
-            raise OptionError("this file needs the learned predictor: install torch "
-                              "(and pass --model if it was not the shipped default)")
-    pred = _resolve_predictor(name, qp, model)
-    if name in predictors.LEARNED and pred.hash != model_hash:
-        raise DecodeMismatchError(
-            f"encoded with model {model_hash[:16]}, but the model at hand ({pred.model.path})"
-            f" is {pred.hash[:16]}; pass the encoder's model with --model")
-    pos = _META_LEN.size + mlen
-    parts = []
-    for s in sizes:
-        parts.append(payload[pos:pos + s])
-        pos += s
     dtype = np.dtype(qp.dtype)
-    idx = np.cumsum(np.frombuffer(_unzstd(parts[1], 4 * n_out), "<u4").astype(np.int64))
-    if n_out and (idx[-1] >= n or np.any(np.diff(idx) <= 0)):
-        raise CorruptFileError("bad outlier positions")
-    vals = np.frombuffer(_unzstd(parts[2], n_out * dtype.itemsize),
-                         dtype.newbyteorder("<")).astype(dtype)
-    m = None
-    if qp.kind == "log":
-        plen = (n + 7) // 8
-        raw = np.frombuffer(_unzstd(parts[3], 2 * plen), np.uint8)
-        m = quantize.Masks(np.unpackbits(raw[:plen], count=n).astype(bool),
-                           np.unpackbits(raw[plen:], count=n).astype(bool))
-    elif sizes[3]:
-        raise CorruptFileError("unexpected mask section")
-    dec = entropy.Decoder(parts[0], n, pred.n_contexts)
-    if pred.domain == "grid":
-        out = quantize.from_grid(pred.decode(shape, dec.take), qp, m)
+    limits = {"low": 17 * n + 8, "outliers": n * dtype.itemsize,
+              "masks": 2 * ((n + 7) // 8)}
+    p = payload.unpack(data, limits)
+    meta = p.meta
+    try:
+        name, cfg = str(meta["p"]), meta["cfg"]
+        n_frames, n_out, crc = int(meta["n"]), int(meta["o"]), int(meta["c"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise CorruptFileError("bad window metadata") from None
+    if n_frames != frames or not 0 <= n_out <= n or not isinstance(cfg, dict):
+        raise CorruptFileError("window metadata does not match the index")
+    if name not in predictors.names() or (name == "bits") != (qp.kind == "bits"):
+        raise CorruptFileError(f"window uses unknown predictor '{name}'")
+    pred = predictors.get(name)
+    cfg = pred.validate(cfg, shape)
+    quant = quantizer(qp)
+    tables = entropy.tables(entropy.Streams(p.sections["model"], p.sections["words"],
+                                            p.sections["low"]), pred.n_ctx)
+    if qp.kind == "bits":
+        if n_out or p.sections["outliers"] or p.sections["masks"]:
+            raise CorruptFileError("unexpected sections in a bit-exact window")
+        q = pred.decode(shape, cfg, tables)
+        tables.check_end()
+        out = from_ordered(q, dtype)
     else:
-        out = quantize.from_values(pred.decode(shape, quantize.value_grid(qp), dec.take), qp, m)
-    dec.finish()
-    if "f" in meta and meta["f"] != getattr(pred, "last_forecast_crc", None):
-        raise DecodeMismatchError(
-            "the learned forecast differs from the encoder's on this machine; decoding would "
-            "not reproduce the data (same model, different arithmetic)")
-    out.reshape(-1)[idx] = vals
-    if _window_crc(out) != crc:
+        raw = p.sections["outliers"]
+        if len(raw) != n_out * dtype.itemsize:
+            raise CorruptFileError("bad outlier section")
+        vals = np.frombuffer(raw, dtype.newbyteorder("<")).astype(dtype)
+        if quant.mode == MODE_LOG:
+            sgn = _sgn_from_masks(p.sections["masks"], shape)
+        elif p.sections["masks"]:
+            raise CorruptFileError("unexpected mask section")
+        else:
+            sgn = np.zeros(1, np.int8)
+        out, pos = pred.decode(shape, quant, cfg, tables, vals, sgn)
+        tables.check_end()
+        if pos.size != n_out:
+            raise CorruptFileError("outlier count does not match the stream")
+        out.reshape(-1)[pos] = vals
+    if window_crc(out) != crc:
         raise DecodeMismatchError(
             "decoded window differs from what the encoder produced (checksum of the "
             "reconstruction); this machine's arithmetic does not reproduce the encoder's")
@@ -354,14 +333,6 @@ class Stats:
         return self.raw_bytes / self.compressed_bytes if self.compressed_bytes else math.inf
 
 
-def _model_record(options: Options) -> dict | None:
-    learned = [c for c in options.candidates() if c in predictors.LEARNED]
-    if not learned:
-        return None
-    pred = predictors.get(learned[0], options.model)
-    return {"hash": pred.hash, "file": os.path.basename(pred.model.path)}
-
-
 def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[float, float],
                  window: int) -> dict:
     b = options.bound
@@ -371,10 +342,30 @@ def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[fl
         "bound": {"mode": b.mode, "abs": b.abs, "rel": b.rel, "pw": b.pw},
         "quant": qp.to_dict(), "predictor": options.predictor, "window": window,
         "windows": ("dynamic" if options.threshold else "fixed"),
-        "threshold": options.threshold,
-        "model": _model_record(options),
+        "threshold": options.threshold, "model": None,
         "value_range": list(vrange), "metadata": getattr(stack, "metadata", {}) or {},
     }
+
+
+def _ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], threads: int) -> Iterator[Any]:
+    """``map(fn, items)`` in order, with up to ``threads`` calls under way (and at most
+    2 x threads items read ahead, so memory stays bounded)."""
+    if threads <= 1:
+        for item in items:
+            yield fn(item)
+        return
+    with cf.ThreadPoolExecutor(threads, thread_name_prefix="tezip") as pool:
+        pending: deque[cf.Future] = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                while len(pending) >= 2 * threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
 
 
 def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, *,
@@ -406,9 +397,15 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
             plan = dynamic_windows(stack, wlen, options.threshold, scale)
         else:
             plan = fixed_windows(shape[0], wlen)
-        for t0, t1 in plan:
-            payload, used = encode_window(stack.read(t0, t1), qp, candidates, options.model)
-            w.add_window(t0, t1 - t0, payload)
+        frames = ((t0, t1, stack.read(t0, t1)) for t0, t1 in plan)
+
+        def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, bytes, str]:
+            t0, t1, x = item
+            data, used = encode_window(x, qp, candidates)
+            return t0, t1, data, used
+
+        for t0, t1, data, used in _ordered_map(work, frames, options.n_threads()):
+            w.add_window(t0, t1 - t0, data)
             stats.predictors[used] = stats.predictors.get(used, 0) + 1
             stats.windows += 1
             if progress:
@@ -419,10 +416,15 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
 
 class TezFile:
     """Random access to a .tez file: ``f[10:20]`` decodes only the windows holding frames
-    10-19. Also an iterator over decoded windows for streaming decompression."""
+    10-19. Also an iterator over decoded windows for streaming decompression. Windows are
+    decoded in up to ``threads`` threads (None: one per CPU); one TezFile may be used from
+    many threads at once."""
 
-    def __init__(self, source: str | os.PathLike | bytes, model: str | None = None) -> None:
+    def __init__(self, source: str | os.PathLike | bytes, model: str | None = None,
+                 threads: int | None = None) -> None:
         self.model = model
+        self.threads = threads or default_threads()
+        self._lock = threading.Lock()
         if isinstance(source, (str, os.PathLike)):
             from .io import hdf5_tree, sniff_format  # a .tez stream inside an HDF5 file
 
@@ -453,6 +455,7 @@ class TezFile:
         if sum(e.frames for e in entries) != shape[0] or any(e.frames > window for e in entries):
             raise bad
         self.header = h
+        self.version = self._c.version
         self.shape = shape
         self.dtype = dtype
         self.window = window
@@ -478,11 +481,22 @@ class TezFile:
     def window_frames(self) -> list[tuple[int, int]]:
         return [(e.t0, e.t0 + e.frames) for e in self._c.entries]
 
+    def _payload(self, i: int) -> bytes:
+        with self._lock:                       # one file handle, shared
+            return self._c.payload(i)
+
     def decode_window(self, i: int) -> np.ndarray:
+        return self._decode(i, self._payload(i))
+
+    def _decode(self, i: int, data: bytes) -> np.ndarray:
         e = self._c.entries[i]
         try:
-            return decode_window(self._c.payload(i), self.quant, self.shape[1:], e.frames,
-                                 self.model, self.model_hash)
+            if self.version == 1:
+                from .legacy import v1
+
+                return v1.decode_window(data, self.quant, self.shape[1:], e.frames,
+                                        self.model, self.model_hash)
+            return decode_window(data, self.quant, self.shape[1:], e.frames)
         except CorruptFileError as exc:
             if str(exc).startswith(self._c.name):
                 raise
@@ -490,19 +504,25 @@ class TezFile:
 
     def window_meta(self, i: int) -> dict:
         """The small JSON record at the start of window ``i`` (predictor used, sizes)."""
-        payload = self._c.payload(i)
-        (mlen,) = _META_LEN.unpack_from(payload) if len(payload) >= 4 else (0,)
+        from .payload import peek_meta
+
         try:
-            meta = json.loads(payload[_META_LEN.size:_META_LEN.size + mlen])
-        except ValueError:
+            meta = peek_meta(self._payload(i))
+        except CorruptFileError:
             meta = None
         if not isinstance(meta, dict) or "p" not in meta:
             raise CorruptFileError(f"{self._c.name}: window {i}: bad window metadata")
         return meta
 
+    def _windows(self, indices: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+        """(index, decoded window) in order, decoded in parallel threads."""
+        items = ((i, self._payload(i)) for i in indices)
+        yield from _ordered_map(lambda it: (it[0], self._decode(*it)), items,
+                                min(self.threads, max(1, len(indices))))
+
     def iter_windows(self) -> Iterator[tuple[int, np.ndarray]]:
-        for i, e in enumerate(self._c.entries):
-            yield e.t0, self.decode_window(i)
+        for i, w in self._windows(list(range(self.n_windows))):
+            yield self._c.entries[i].t0, w
 
     def read(self, t0: int, t1: int) -> np.ndarray:
         t0, t1 = max(0, t0), min(self.shape[0], t1)
@@ -511,9 +531,8 @@ class TezFile:
             return out
         first = int(np.searchsorted(self._starts, t0, side="right") - 1)
         last = int(np.searchsorted(self._starts, t1 - 1, side="right") - 1)
-        for i in range(first, last + 1):
+        for i, w in self._windows(list(range(first, last + 1))):
             e = self._c.entries[i]
-            w = self.decode_window(i)
             a, b = max(t0, e.t0), min(t1, e.t0 + e.frames)
             out[a - t0:b - t0] = w[a - e.t0:b - e.t0]
         return out

@@ -32,7 +32,7 @@ from .atomic import AtomicOutput, reason
 from .errors import CorruptFileError, FormatVersionError, InputError, OptionError, OutputError
 
 MAGIC = b"\x89TEZ\r\n\x1a\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # v1 files are read by tezip.legacy.v1
 _PRE = struct.Struct("<8sHI")
 _CRC = struct.Struct("<I")
 _ENTRY = struct.Struct("<QQIII")

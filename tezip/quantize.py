@@ -1,23 +1,24 @@
-"""Error-bound modes: map values onto an integer grid and back.
+"""Error bounds: what the user asks for (``ErrorBound``), the resolved parameters stored
+in a file's header (``QuantParams``), and one quantizer class per kind that tells the
+compiled kernels how to turn values into integer codes and back.
 
-Every mode turns a window of values into int64 *codes* ``q`` on which the predictors work
-with exact integer arithmetic (dual quantization: the grid value is the reconstruction, so
-prediction from reconstructed values needs no per-pixel loop), plus a set of *outliers*:
-positions whose value cannot be reproduced within the bound from the grid (NaN, +/-Inf,
-values whose grid index would overflow, and values a float rounding would push past the
-bound). Outliers are stored exactly, bit for bit.
+Kinds (``QuantParams.kind``) and their quantizers:
 
-Kinds of grid (``QuantParams.kind``):
+- ``float`` (``FloatQuantizer``): float data, absolute bound ``e``; codes are multiples of
+  ``2e`` around a prediction; every reconstruction, rounded to the data's type, is
+  checked against the original exactly (error-free subtraction), and a value that fails
+  is stored exactly (an outlier), as are NaN and +-Inf, bit for bit.
+- ``int`` / ``identity`` (``IntQuantizer``): integer data, bound ``e >= 1`` (the integer
+  part of the bound) or lossless (``e = 0``); step ``2e+1`` around the rounded
+  prediction, exact in integer arithmetic.
+- ``log`` (``LogQuantizer``): point-wise relative bound ``b``: log2|x| on a grid of step
+  ``2 log2(1+b)`` around a prediction, signs and exact zeros kept in bit masks; checked
+  exactly like ``float``.
+- ``bits`` (``BitsQuantizer``): lossless floats: the IEEE bit patterns mapped to ordered
+  integers, so NaN payloads and -0.0 survive.
 
-- ``int``: integer data, absolute bound ``e >= 1`` (integer part of the bound); step
-  ``2e+1``, exact integer arithmetic, never an outlier.
-- ``float``: float data, absolute bound ``e``; step ``2e``; every reconstructed value is
-  checked against the original with an exact (error-free) subtraction.
-- ``log``: point-wise relative bound ``b``: log2|x| on a grid of step ``2 log2(1+b)``,
-  signs and exact zeros kept in bit masks; checked like ``float``.
-- ``identity``: lossless integers (codes are the values).
-- ``bits``: lossless floats (codes are the IEEE bit patterns mapped to ordered integers,
-  so NaN payloads and -0.0 survive).
+Level-wise bounds: multilevel predictors may quantize their coarse levels with a tighter
+bound (``levels``); the bound every value is checked against stays the user's.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ import math
 import sys
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from typing import ClassVar
 
 import numpy as np
 
 from .errors import OptionError, UnsupportedError
+from .kernels.consts import MODE_FLOAT, MODE_INT, MODE_LOG, OUT_F32, OUT_F64, OUT_INT
 
 MODES = ("abs", "rel", "absrel", "pwrel", "lossless")
 INT_DTYPES = ("uint8", "uint16", "int16", "int32")
@@ -153,6 +156,90 @@ def resolve(bound: ErrorBound, dtype: np.dtype,
 
 
 # ---------------------------------------------------------------------------------------
+# quantizers: one class per kind
+
+
+N_LEVELS = 40
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """A resolved bound as the kernels use it: ``mode`` (kernel specialisation), the
+    output type and its range, the bound checked (``eb``) and the steps per level."""
+
+    qp: QuantParams
+    mode: ClassVar[int] = -1
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.qp.dtype)
+
+    @property
+    def otype(self) -> int:
+        if self.dtype.kind in "iu":
+            return OUT_INT
+        return OUT_F32 if self.dtype == np.float32 else OUT_F64
+
+    @property
+    def range(self) -> tuple[float, float]:
+        if self.dtype.kind in "iu":
+            info = np.iinfo(self.dtype)
+            return float(info.min), float(info.max)
+        return -math.inf, math.inf
+
+    @property
+    def eb(self) -> float:
+        return self.qp.eb
+
+    def levels(self, alpha: float = 1.0, beta: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """(step, integer bound) per level l = 1.. (index l): level l uses the bound
+        divided by min(alpha^(l-1), beta), never more than the user's."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _factors(alpha: float, beta: float) -> np.ndarray:
+        f = np.ones(N_LEVELS)
+        f[1:] = np.minimum(np.power(max(alpha, 1.0), np.arange(N_LEVELS - 1)), max(beta, 1.0))
+        return f
+
+
+@dataclass(frozen=True)
+class FloatQuantizer(Quantizer):
+    mode: ClassVar[int] = MODE_FLOAT
+
+    def levels(self, alpha: float = 1.0, beta: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        return self.qp.step / self._factors(alpha, beta), np.zeros(N_LEVELS)
+
+
+@dataclass(frozen=True)
+class IntQuantizer(Quantizer):
+    mode: ClassVar[int] = MODE_INT
+
+    def levels(self, alpha: float = 1.0, beta: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        e = np.floor(self.qp.eb / self._factors(alpha, beta))
+        return 2.0 * e + 1.0, e
+
+
+@dataclass(frozen=True)
+class LogQuantizer(Quantizer):
+    mode: ClassVar[int] = MODE_LOG
+
+    def levels(self, alpha: float = 1.0, beta: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        return self.qp.step / self._factors(alpha, beta), np.zeros(N_LEVELS)
+
+
+@dataclass(frozen=True)
+class BitsQuantizer(Quantizer):
+    """Lossless floats: coded by the integer predictors of ``kernels.bits``."""
+
+
+def quantizer(qp: QuantParams) -> Quantizer:
+    cls = {"float": FloatQuantizer, "int": IntQuantizer, "identity": IntQuantizer,
+           "log": LogQuantizer, "bits": BitsQuantizer}[qp.kind]
+    return cls(qp)
+
+
+# ---------------------------------------------------------------------------------------
 # exact checks
 
 
@@ -170,59 +257,7 @@ def _within(x: np.ndarray, y: np.ndarray, limit: np.ndarray | float) -> np.ndarr
 
 
 # ---------------------------------------------------------------------------------------
-# predict-then-quantize rule (value predictors)
-
-
-@dataclass(frozen=True)
-class ValueGrid:
-    """Reconstruction levels around a prediction: ``step`` apart, ``eb`` the bound;
-    ``integer`` rounds the prediction first so every reconstruction is an integer."""
-
-    step: float
-    eb: float
-    integer: bool
-
-    def quantize(self, y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Codes and reconstructions of values ``y`` given predictions ``p``."""
-        with np.errstate(invalid="ignore", over="ignore"):
-            if self.integer:
-                p = np.rint(p)
-                k = np.floor((y - p + self.eb) / self.step)
-            else:
-                k = np.rint((y - p) / self.step)
-            k = np.where(np.abs(k) <= _MAX_CODE, k, 0.0)   # NaN, Inf, overflow: outliers
-        k = k.astype(np.int64)   # reconstruct from the integer, exactly as the decoder does
-        return k, self.reconstruct(p, k)
-
-    def reconstruct(self, p: np.ndarray, k: np.ndarray) -> np.ndarray:
-        if self.integer:
-            p = np.rint(p)
-        with np.errstate(invalid="ignore", over="ignore"):
-            return p + np.asarray(k).astype(np.float64) * self.step
-
-
-def value_grid(p: QuantParams) -> ValueGrid:
-    if p.kind == "float":
-        return ValueGrid(p.step, p.eb, False)
-    if p.kind == "int":
-        return ValueGrid(p.step, p.eb, True)
-    if p.kind == "identity":
-        return ValueGrid(1.0, 0.0, True)
-    if p.kind == "log":
-        return ValueGrid(p.step, p.step / 2, False)
-    raise ValueError(f"no value-domain coding for quantizer kind {p.kind}")
-
-
-# ---------------------------------------------------------------------------------------
-# forward
-
-
-@dataclass
-class Masks:
-    """Point-wise relative mode: sign bit and exact-zero flag of every value (flat)."""
-
-    signs: np.ndarray
-    zeros: np.ndarray
+# IEEE bit patterns as ordered integers (bit-exact float coding)
 
 
 def _ordered_bits(x: np.ndarray) -> np.ndarray:
@@ -240,80 +275,6 @@ def _from_ordered_bits(q: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return i.view(np.float32)
     i = np.where(q < 0, q ^ 0x7FFFFFFFFFFFFFFF, q).astype(np.int64)
     return i.view(np.float64)
-
-
-def masks(x: np.ndarray, p: QuantParams) -> Masks | None:
-    if p.kind != "log":
-        return None
-    return Masks(np.signbit(x).ravel(), (x == 0).ravel())
-
-
-def value_domain(x: np.ndarray, p: QuantParams) -> np.ndarray:
-    """Values as float64 in the domain value predictors work in (log2|x| for pwrel);
-    values that cannot be coded (NaN, Inf, zeros under pwrel) become NaN and are coded
-    as 'no change' and restored exactly afterwards."""
-    y = x.astype(np.float64)
-    if p.kind != "log":
-        return y
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y = np.log2(np.abs(y))
-    y[~np.isfinite(y)] = np.nan
-    return y
-
-
-def grid_codes(x: np.ndarray, p: QuantParams) -> np.ndarray:
-    """Integer codes on the fixed grid (grid predictors, dual quantization)."""
-    if p.kind == "identity":
-        return x.astype(np.int64)
-    if p.kind == "bits":
-        return _ordered_bits(np.ascontiguousarray(x))
-    if p.kind == "int":
-        return np.floor_divide(x.astype(np.int64) + int(p.eb), int(p.step))
-    y = value_domain(x, p)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        qf = np.rint(y / p.step)
-    bad = ~(np.abs(qf) <= _MAX_CODE)            # NaN, Inf and overflowing codes
-    if bad.any():
-        ok = qf[~bad]
-        qf[bad] = ok.min() if ok.size else 0.0   # any value decodes right after outliers
-    return qf.astype(np.int64)
-
-
-# ---------------------------------------------------------------------------------------
-# backward
-
-
-def _to_dtype(v: np.ndarray, p: QuantParams, m: Masks | None) -> np.ndarray:
-    dtype = np.dtype(p.dtype)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if p.kind == "log":
-            assert m is not None
-            mag = np.exp2(v).reshape(-1)
-            mag[m.zeros] = 0.0
-            v = np.where(m.signs, -mag, mag).reshape(v.shape)
-        if dtype.kind == "f":
-            return v.astype(dtype)
-        info = np.iinfo(dtype)
-        v = np.where(np.isfinite(v), v, 0.0)
-        return np.clip(np.rint(v), info.min, info.max).astype(dtype)
-
-
-def from_grid(q: np.ndarray, p: QuantParams, m: Masks | None) -> np.ndarray:
-    """Grid codes -> values in ``p.dtype`` (outliers not yet applied)."""
-    dtype = np.dtype(p.dtype)
-    if p.kind == "identity":
-        return q.astype(dtype)
-    if p.kind == "bits":
-        return _from_ordered_bits(q, dtype)
-    if p.kind == "int":
-        info = np.iinfo(dtype)
-        return np.clip(q * int(p.step), info.min, info.max).astype(dtype)
-    return _to_dtype(q.astype(np.float64) * p.step, p, m)
-
-
-def from_values(y: np.ndarray, p: QuantParams, m: Masks | None) -> np.ndarray:
-    """Value-domain reconstructions -> values in ``p.dtype`` (outliers not yet applied)."""
-    return _to_dtype(y, p, m)
 
 
 def find_outliers(x: np.ndarray, out: np.ndarray, p: QuantParams) -> np.ndarray:

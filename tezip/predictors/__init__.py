@@ -1,41 +1,113 @@
-"""Predictor registry.
+"""Predictors: the stage that turns a window of values into integer codes (and back),
+behind typed interfaces and a registry.
 
-A predictor maps a window of integer codes ``q`` (int64, shape (T, H, W[, C]), frame 0 is
-the window's keyframe) to residuals and back, using only values the decoder already has,
-so ``reconstruct(residuals(q)) == q`` exactly. The codec knows predictors only by name
-through this registry; heavy ones (the learned predictor, which imports torch) register a
-module path and are imported on first use.
+- ``ValuePredictor``: values and a quantizer in, codes and an exact reconstruction out
+  (predict-quantize-reconstruct, fused in a compiled kernel); decoding is fused with the
+  entropy decoding. The classical ones (``interp``, ``lorenzo``, ``spatial``) and the
+  learned one (``learned``: a forecast of each frame plus a spatial stage on its error).
+- ``GridPredictor``: integer codes in and out (the bit patterns of bit-exact floats).
+
+Each predictor proposes its own configurations (``configs``); the codec ranks them by
+estimated size on a sample of the window and codes the window with the best. The codec
+knows predictors only by name through this registry; the learned one is imported on
+first use (it may load torch to train, never to decode).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-from typing import Any, Protocol
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
 
 from ..errors import OptionError
-
-
-class Predictor(Protocol):
-    """``domain == "grid"``: ``encode(q) -> (codes, contexts, q)`` on integer grid codes and
-    ``decode(shape, take) -> q``. ``domain == "value"``: ``encode(y, grid) -> (codes,
-    contexts, reconstruction)`` on float64 values and ``decode(shape, grid, take)``, plus a
-    ``grid_fallback`` predictor for bit-exact float coding. ``codes`` and ``contexts`` are
-    flat, in the order the decoder asks for them through ``take(contexts) -> codes``."""
-
-    name: str
-    domain: str
-    n_contexts: int
-
+from ..quantize import Quantizer
 
 _FACTORIES: dict[str, str] = {}
-_CACHE: dict[tuple[str, str | None], Predictor] = {}
-LEARNED = ("prednet", "prednet+interp")
+_CACHE: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass
+class Coded:
+    """One window (or sample) coded by a predictor."""
+
+    config: dict                 # what the decoder needs besides the streams (JSON)
+    codes: np.ndarray            # int32, FLAG for outliers (value) / int64 (grid)
+    ctx: np.ndarray              # uint8 contexts, in decoding order
+    outliers: np.ndarray         # int64 flat positions of the values stored exactly
+    out: np.ndarray | None       # the reconstruction (native dtype); None for samples
+    n_ctx: int
+    groups: np.ndarray
+    has_outliers: bool = True
+    extra: dict = field(default_factory=dict)   # e.g. a learned forecast's checksum
+
+
+class ValuePredictor(ABC):
+    """Predict-quantize-reconstruct over a window (T, H, W[, C]) of values."""
+
+    name: ClassVar[str]
+    n_ctx: ClassVar[int]
+    groups: ClassVar[np.ndarray]
+
+    @abstractmethod
+    def configs(self, x: np.ndarray, quant: Quantizer) -> list[dict]:
+        """Candidate configurations for this window, most likely first."""
+
+    def tune(self, sample: np.ndarray, quant: Quantizer, sgn: np.ndarray,
+             cost: Callable[[Coded], float]) -> tuple[float, dict]:
+        """(estimated bits, configuration) of the best configuration on ``sample``; this
+        default tries every one."""
+        return min(((cost(self.encode(sample, quant, c, sgn, sample=True)), i, c)
+                    for i, c in enumerate(self.configs(sample, quant))),
+                   key=lambda t: t[:2])[::2]
+
+    @abstractmethod
+    def validate(self, config: Any, shape: tuple[int, ...]) -> dict:
+        """A configuration read from a file, checked (CorruptFileError if it is not one
+        this predictor could have written)."""
+
+    @abstractmethod
+    def encode(self, x: np.ndarray, quant: Quantizer, config: dict, sgn: np.ndarray,
+               sample: bool = False) -> Coded:
+        """Code ``x`` (C-contiguous, native dtype); ``sgn``: the sign/zero map of the
+        point-wise relative mode (else a dummy). ``sample``: only codes and contexts are
+        needed (ranking)."""
+
+    @abstractmethod
+    def decode(self, shape: tuple[int, ...], quant: Quantizer, config: dict, tables: Any,
+               outlier_values: np.ndarray, sgn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(reconstruction with finite outliers in place, outlier positions in coding
+        order) from the entropy ``tables``; the caller puts every outlier's exact value
+        in and checks that all streams were consumed."""
+
+
+class GridPredictor(ABC):
+    """Integer codes (uint64, modulo 2^64) in and out: bit-exact coding."""
+
+    name: ClassVar[str]
+    n_ctx: ClassVar[int]
+    groups: ClassVar[np.ndarray]
+
+    @abstractmethod
+    def configs(self, q: np.ndarray) -> list[dict]: ...
+
+    @abstractmethod
+    def validate(self, config: Any, shape: tuple[int, ...]) -> dict: ...
+
+    @abstractmethod
+    def encode(self, q: np.ndarray, config: dict) -> Coded: ...
+
+    @abstractmethod
+    def decode(self, shape: tuple[int, ...], config: dict, tables: Any) -> np.ndarray: ...
 
 
 def register(name: str, target: str) -> None:
-    """Register ``name`` -> ``"module:attribute"`` (a class or factory; learned predictors
-    take the model file path as keyword ``model``)."""
+    """Register ``name`` -> ``"module:attribute"`` (a class, instantiated once)."""
     _FACTORIES[name] = target
 
 
@@ -43,56 +115,33 @@ def names() -> list[str]:
     return list(_FACTORIES)
 
 
-def get(name: str, model: str | None = None) -> Predictor:
-    key = (name, model if name in LEARNED else None)
-    if key in _CACHE:
-        return _CACHE[key]
+def get(name: str) -> Any:
+    """The (stateless, thread-safe) predictor registered as ``name``."""
+    pred = _CACHE.get(name)
+    if pred is not None:
+        return pred
     target = _FACTORIES.get(name)
     if target is None:
         raise OptionError(f"unknown predictor '{name}'; choose one of "
                           f"{', '.join(['auto', 'classical', *_FACTORIES])}")
     module, _, attr = target.partition(":")
-    factory = getattr(importlib.import_module(module), attr)
-    pred = factory(model=model) if name in LEARNED else factory()
-    _CACHE[key] = pred
+    with _LOCK:
+        pred = _CACHE.get(name)
+        if pred is None:
+            pred = getattr(importlib.import_module(module), attr)()
+            _CACHE[name] = pred
     return pred
 
 
-def learned_available(model: str | None = None) -> bool:
-    """True when torch is installed and a model file (given, or the shipped default) exists."""
-    if importlib.util.find_spec("torch") is None:
-        return False
-    if model is not None:
-        return True
-    from ..models_path import default_model_path
+for _name, _target in (("interp", "classical:Interpolation"), ("lorenzo", "classical:Lorenzo3D"),
+                       ("spatial", "classical:Lorenzo2D"), ("bits", "lossless:BitsLorenzo")):
+    register(_name, f"tezip.predictors.{_target}")
 
-    return default_model_path().is_file()
+# tried by 'classical' and 'auto'
+CLASSICAL_CANDIDATES = ("interp", "lorenzo", "spatial")
 
 
 def model_identity(options: Any) -> str | None:
-    """SHA-256 of the model file ``options`` may use, or None when only classical predictors
-    can run (computed without importing torch)."""
-    import hashlib
-
-    if not any(c in LEARNED for c in options.candidates()):
-        return None
-    from pathlib import Path
-
-    path = options.model
-    if path is None:
-        from ..models_path import default_model_path
-        path = default_model_path()
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError as exc:
-        raise OptionError(f"model file {path}: {exc.strerror}") from None
-
-
-for _name, _cls in (("zero", "classical:Zero"), ("previous", "classical:Previous"),
-                    ("lorenzo", "classical:Lorenzo3D"), ("spatial", "classical:Lorenzo2D"),
-                    ("interp", "classical:Interpolation"), ("prednet", "prednet:PredNetPredictor"),
-                    ("prednet+interp", "prednet:PredNetSpatialPredictor")):
-    register(_name, f"tezip.predictors.{_cls}")
-
-# predictors tried by 'classical' and 'auto' ('auto' adds the learned ones when available)
-CLASSICAL_CANDIDATES = ("previous", "lorenzo", "spatial", "interp")
+    """SHA-256 of the learned model ``options`` may use; None while only classical
+    predictors can run (format v2 has no learned predictor yet)."""
+    return None

@@ -1,297 +1,221 @@
-"""Classical predictors.
+"""Classical value predictors, each a compiled predict-quantize-reconstruct kernel:
 
-Two families, both exact and deterministic (encoder and decoder run the same IEEE
-operations in the same order, or pure integer arithmetic):
+- ``interp``: multilevel interpolation over (t, y, x) with exact anchors and level-wise
+  bounds (``kernels.interp``); its axis order, cubic or linear interpolation and the
+  level-wise bounds are tuned per window.
+- ``lorenzo``: 3-D Lorenzo (``kernels.lorenzo``); ``spatial``: 2-D Lorenzo per frame.
 
-- *grid* predictors (``zero``, ``spatial``, ``lorenzo``) work on integer codes ``q`` that the
-  quantizer put on a fixed grid (dual quantization): residuals are integer differences,
-  vectorized over the whole window.
-- *value* predictors (``previous``, ``interp``) predict each value from already
-  reconstructed values and quantize the prediction error (predict-then-quantize, as SZ
-  does), so reconstructions are not tied to a fixed grid: a flat background sitting on a
-  grid boundary costs nothing. They run frame by frame (``previous``) or level by level
-  (``interp``), vectorized inside each step.
-
-Every predictor also yields a *context* per residual, computed from values the decoder
-has before it needs that residual; the entropy coder keeps a model per context class.
+Channels (T, H, W, C) are coded one after another with the same configuration, into one
+stream. Instances hold no per-call state: one instance serves every thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ..entropy import N_BUCKETS, bucketize
-from ..quantize import ValueGrid
+from ..errors import CorruptFileError
+from ..kernels import interp as KI
+from ..kernels import lorenzo as KL
+from ..kernels.core import call
+from ..quantize import Quantizer
+from . import Coded, ValuePredictor
 
-Take = Callable[[np.ndarray], np.ndarray]
-
-
-# ---------------------------------------------------------------------------------------
-# contexts
-
-
-def _box_abs(r: np.ndarray) -> np.ndarray:
-    """3x3 sum of |r| over the (y, x) axes of a frame (int64, zero padding)."""
-    a = np.abs(r.astype(np.int64, copy=False))
-    pad = [(1, 1), (1, 1)] + [(0, 0)] * (a.ndim - 2)
-    c = np.pad(a, pad).cumsum(0).cumsum(1)
-    c = np.pad(c, [(1, 0), (1, 0)] + [(0, 0)] * (a.ndim - 2))
-    h, w = a.shape[:2]
-    return c[3:3 + h, 3:3 + w] - c[:h, 3:3 + w] - c[3:3 + h, :w] + c[:h, :w]
+ORDERS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
+ALPHA_BETA = ((1.0, 1.0), (1.25, 2.0), (1.5, 2.5), (2.0, 3.0))
+DEFAULT_ANCHOR = 32
 
 
-def _frame_context(prev_codes: np.ndarray) -> np.ndarray:
-    return (1 + bucketize(_box_abs(prev_codes))).astype(np.int16)
+def channels(x: np.ndarray) -> list[np.ndarray]:
+    """The (T, H, W) volumes of a window, C-contiguous."""
+    if x.ndim == 3:
+        return [np.ascontiguousarray(x)]
+    return [np.ascontiguousarray(x[..., c]) for c in range(x.shape[3])]
 
 
-def _frame_contexts(codes: np.ndarray) -> np.ndarray:
-    """Context of every residual of a frame-by-frame predictor: 0 for the keyframe, else
-    1 + bucket of the previous frame's residual activity around the pixel."""
-    ctx = np.zeros(codes.shape, np.int16)
-    for t in range(1, codes.shape[0]):
-        ctx[t] = _frame_context(codes[t - 1])
-    return ctx
+def _buffers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes, contexts, outlier positions (flat positions within a channel < 2^27)."""
+    return np.empty(n, np.int32), np.empty(n, np.uint8), np.empty(n, np.int32)
 
 
-# ---------------------------------------------------------------------------------------
-# grid predictors
+def _rec(out: np.ndarray, quant: Quantizer) -> np.ndarray:
+    """The prediction domain: the output itself, or float64 log-domain values."""
+    return np.empty(out.shape, np.float64) if quant.mode == 2 else out
 
 
-def _diff(a: np.ndarray, axis: int) -> np.ndarray:
-    return np.diff(a, axis=axis, prepend=np.zeros_like(a.take([0], axis=axis)))
+def _sign_of(sgn: np.ndarray, c: int, nch: int) -> np.ndarray:
+    if sgn.ndim == 4:
+        return np.ascontiguousarray(sgn[..., c])
+    return sgn
 
 
-def _lorenzo2d(q: np.ndarray) -> np.ndarray:
-    """2-D Lorenzo residuals of each frame (axes 1, 2 of a window)."""
-    return _diff(_diff(q, 1), 2)
+def _assemble(outs: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    if len(shape) == 3:
+        return outs[0]
+    out = np.empty(shape, dtype)
+    for c, o in enumerate(outs):
+        out[..., c] = o
+    return out
 
 
-def _unlorenzo2d_frame(r: np.ndarray) -> np.ndarray:
-    return np.cumsum(np.cumsum(r, axis=0, dtype=np.int64), axis=1, dtype=np.int64)
+def _flat_positions(pos: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """Per-channel flat positions -> flat positions in the (T, H, W[, C]) array."""
+    if len(shape) == 3:
+        return pos[0]
+    nch = shape[3]
+    return np.concatenate([p * nch + c for c, p in enumerate(pos)]) if pos else np.zeros(0,
+                                                                                          np.int64)
 
 
-class GridPredictor:
-    """Frame-sequential predictor on integer grid codes."""
+class _Kernel(ValuePredictor):
+    """Shared driver: run the kernel per channel, collect codes and outliers."""
 
-    name = "grid"
-    domain = "grid"
-    n_contexts = N_BUCKETS + 1
+    kernel: ClassVar[Any]
 
-    def residuals(self, q: np.ndarray) -> np.ndarray:
+    def _enc(self, xc: np.ndarray, out: np.ndarray, rec: np.ndarray, sg: np.ndarray,
+             quant: Quantizer, config: dict, codes: np.ndarray, ctx: np.ndarray,
+             outp: np.ndarray, n0: int, no0: int) -> tuple[int, int]:
         raise NotImplementedError
 
-    def frame(self, t: int, r: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
+    def _dec(self, out: np.ndarray, rec: np.ndarray, sg: np.ndarray, quant: Quantizer,
+             config: dict, t: Any, outv: np.ndarray, outp: np.ndarray,
+             st: np.ndarray) -> None:
         raise NotImplementedError
 
-    def encode(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        r = self.residuals(q)
-        return r.ravel(), _frame_contexts(r).ravel(), q
+    def encode(self, x: np.ndarray, quant: Quantizer, config: dict, sgn: np.ndarray,
+               sample: bool = False) -> Coded:
+        vols = channels(x)
+        n = x.size
+        codes, ctx, outp = _buffers(n)
+        outs, pos = [], []
+        nn = no = 0
+        for c, xc in enumerate(vols):
+            out = np.empty_like(xc)
+            no_before = no
+            nn, no = self._enc(xc, out, _rec(out, quant), _sign_of(sgn, c, len(vols)), quant,
+                               config, codes, ctx, outp, nn, no)
+            if not sample:
+                p = outp[no_before:no]
+                out.reshape(-1)[p] = xc.reshape(-1)[p]      # exact, bit for bit
+                outs.append(out)
+                pos.append(p.copy())
+        rec = None if sample else _assemble(outs, x.shape, x.dtype)
+        flat = np.zeros(0, np.int64) if sample else _flat_positions(pos, x.shape)
+        return Coded(config, codes[:nn], ctx[:nn], flat, rec, self.n_ctx, self.groups)
 
-    def decode(self, shape: tuple[int, ...], take: Take) -> np.ndarray:
-        q = np.empty(shape, np.int64)
-        r = np.zeros(shape[1:], np.int64)
-        for t in range(shape[0]):
-            ctx = _frame_context(r) if t else np.zeros(shape[1:], np.int16)
-            r = take(ctx).reshape(shape[1:])
-            q[t] = self.frame(t, r, q[t - 1] if t else None)
-        return q
-
-
-class Zero(GridPredictor):
-    """No prediction: the codes themselves (noise-like data)."""
-
-    name = "zero"
-
-    def residuals(self, q: np.ndarray) -> np.ndarray:
-        return q.copy()
-
-    def frame(self, t: int, r: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
-        return r
-
-
-class Lorenzo2D(GridPredictor):
-    """2-D Lorenzo within each frame (no use of time)."""
-
-    name = "spatial"
-
-    def residuals(self, q: np.ndarray) -> np.ndarray:
-        return _lorenzo2d(q)
-
-    def frame(self, t: int, r: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
-        return _unlorenzo2d_frame(r)
-
-
-class Lorenzo3D(GridPredictor):
-    """3-D Lorenzo over (t, y, x); on the keyframe it reduces to 2-D Lorenzo."""
-
-    name = "lorenzo"
-
-    def residuals(self, q: np.ndarray) -> np.ndarray:
-        return _diff(_lorenzo2d(q), 0)
-
-    def frame(self, t: int, r: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
-        d = _unlorenzo2d_frame(r)
-        return d if prev is None else prev + d
+    def decode(self, shape: tuple[int, ...], quant: Quantizer, config: dict, tables: Any,
+               outlier_values: np.ndarray, sgn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        vol = shape[:3]
+        nch = shape[3] if len(shape) == 4 else 1
+        st = tables.st
+        outv = outlier_values.astype(np.float64)
+        outp = np.zeros(max(1, outv.size), np.int32)
+        outs, pos = [], []
+        for c in range(nch):
+            out = np.empty(vol, quant.dtype)
+            op0 = int(st[7])
+            self._dec(out, _rec(out, quant), _sign_of(sgn, c, nch), quant, config, tables,
+                      outv, outp, st)
+            op1 = min(int(st[7]), outv.size)
+            outs.append(out)
+            pos.append(outp[op0:op1].copy() if op1 > op0 else np.zeros(0, np.int64))
+        return _assemble(outs, shape, quant.dtype), _flat_positions(pos, shape)
 
 
-class GridPrevious(GridPredictor):
-    """Previous frame on grid codes (used for bit-exact float coding)."""
-
-    name = "previous"
-
-    def residuals(self, q: np.ndarray) -> np.ndarray:
-        r = _diff(q, 0)
-        r[:1] = _lorenzo2d(q[:1])
-        return r
-
-    def frame(self, t: int, r: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
-        return _unlorenzo2d_frame(r) if prev is None else prev + r
-
-
-# ---------------------------------------------------------------------------------------
-# value predictors
-
-
-def _sl(ndim: int, axis: int, s: slice) -> tuple[slice, ...]:
-    idx = [slice(None)] * ndim
-    idx[axis] = s
-    return tuple(idx)
-
-
-def _interp_steps(shape: tuple[int, ...], axes: tuple[int, ...]) -> Iterator[tuple]:
-    """(selection, axis, stride) from coarse to fine: at stride s along axis d, the points
-    at odd multiples of s along d (multiples of s along the axes before d, of 2s after)."""
-    top = 1
-    while top < max(shape[a] for a in axes):
-        top *= 2
-    s = top // 2
-    while s >= 1:
-        for d in axes:
-            sel = [slice(None)] * len(shape)
-            for a in axes:
-                sel[a] = slice(None, None, s if a <= d else 2 * s)
-            if shape[d] > s:
-                yield tuple(sel), d, s
-        s //= 2
-
-
-def _interp_predict(line: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """Predict the odd entries along ``d`` of ``line`` from its even entries: cubic with
-    four neighbours, linear with two, else the left one. Also returns |left - right|
-    (0 without a right neighbour), the local variation used as context."""
-    nd = line.ndim
-    even = line[_sl(nd, d, slice(0, None, 2))]
-    n_odd = line.shape[d] // 2
-    n_even = even.shape[d]
-    left = even[_sl(nd, d, slice(0, n_odd))]
-    pred = left.copy()
-    var = np.zeros_like(left)
-    n_lin = min(n_odd, n_even - 1)
-    if n_lin > 0:
-        a = even[_sl(nd, d, slice(0, n_lin))]
-        b = even[_sl(nd, d, slice(1, n_lin + 1))]
-        pred[_sl(nd, d, slice(0, n_lin))] = (a + b) * 0.5
-        var[_sl(nd, d, slice(0, n_lin))] = np.abs(a - b)
-    hi = min(n_odd, n_even - 2)
-    if hi > 1:
-        a = even[_sl(nd, d, slice(0, hi - 1))]
-        b = even[_sl(nd, d, slice(1, hi))]
-        c = even[_sl(nd, d, slice(2, hi + 1))]
-        e = even[_sl(nd, d, slice(3, hi + 2))]
-        pred[_sl(nd, d, slice(1, hi))] = (9.0 * (b + c) - (a + e)) * 0.0625
-    return pred, var
-
-
-def _var_context(var: np.ndarray, step: float, fine: bool) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore"):
-        v = np.floor(np.minimum(var / step, 2.0**62))
-    v = np.where(np.isfinite(v), v, 2.0**62).astype(np.int64)
-    return (bucketize(v) + (0 if fine else N_BUCKETS)).astype(np.int16)
-
-
-class Interpolation:
-    """Multilevel interpolation (the family SZ3 uses by default), predict-then-quantize:
-    coarse-to-fine over (t, y, x); each level predicts odd points along one axis from
-    reconstructed even ones (cubic / linear / nearest at borders)."""
-
+class Interpolation(_Kernel):
     name = "interp"
-    domain = "value"
-    n_contexts = 2 * N_BUCKETS + 1
-    axes: tuple[int, ...] = (0, 1, 2)
+    n_ctx = KI.N_CTX
+    groups = KI.GROUPS
 
-    def __init__(self) -> None:
-        self.grid_fallback = Lorenzo3D()
+    def configs(self, x: np.ndarray, quant: Quantizer) -> list[dict]:
+        return [{"order": list(o), "cubic": cub, "ab": list(ab), "anchor": DEFAULT_ANCHOR}
+                for o in ORDERS for cub in (False, True) for ab in ALPHA_BETA]
 
-    def _origin(self, ndim: int) -> tuple:
-        """The anchor points: coordinate 0 on every interpolated axis."""
-        return tuple(0 if a in self.axes else slice(None) for a in range(ndim))
+    def tune(self, sample, quant, sgn, cost):
+        """Greedy: the axis order with linear interpolation, then cubic, then the
+        level-wise bounds (every one of the 48 combinations would cost 5x more for a
+        few tenths of a percent on the shared data sets)."""
+        def trial(cfg: dict) -> float:
+            return cost(self.encode(sample, quant, cfg, sgn, sample=True))
 
-    def encode(self, y: np.ndarray, g: ValueGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rec = np.empty_like(y)
-        codes, ctxs = [], []
-        origin = self._origin(y.ndim)
-        k, rec[origin] = g.quantize(y[origin], np.zeros(y[origin].shape))
-        codes.append(k.ravel())
-        ctxs.append(np.full(k.size, 2 * N_BUCKETS, np.int16))
-        for sel, d, s in _interp_steps(y.shape, self.axes):
-            line = rec[sel]
-            odd = _sl(line.ndim, d, slice(1, None, 2))
-            pred, var = _interp_predict(line, d)
-            k, line[odd] = g.quantize(y[sel][odd], pred)
-            codes.append(k.ravel())
-            ctxs.append(_var_context(var, g.step, s == 1).ravel())
-        return np.concatenate(codes), np.concatenate(ctxs), rec
+        cfg = {"order": list(ORDERS[0]), "cubic": False, "ab": [1.0, 1.0],
+               "anchor": DEFAULT_ANCHOR}
+        best = None
+        for o in ORDERS:
+            c = {**cfg, "order": list(o)}
+            bits = trial(c)
+            if best is None or bits < best[0]:
+                best = (bits, c)
+        assert best is not None
+        for key, value in [("cubic", True)] + [("ab", list(ab)) for ab in ALPHA_BETA[1:]]:
+            c = {**best[1], key: value}
+            bits = trial(c)
+            if bits < best[0]:
+                best = (bits, c)
+        return best
 
-    def decode(self, shape: tuple[int, ...], g: ValueGrid, take: Take) -> np.ndarray:
-        rec = np.empty(shape, np.float64)
-        origin = self._origin(len(shape))
-        n0 = rec[origin].size
-        k = take(np.full(n0, 2 * N_BUCKETS, np.int16)).reshape(rec[origin].shape)
-        rec[origin] = g.reconstruct(np.zeros(k.shape), k)
-        for sel, d, s in _interp_steps(shape, self.axes):
-            line = rec[sel]
-            odd = _sl(line.ndim, d, slice(1, None, 2))
-            pred, var = _interp_predict(line, d)
-            k = take(_var_context(var, g.step, s == 1)).reshape(pred.shape)
-            line[odd] = g.reconstruct(pred, k)
-        return rec
+    def validate(self, config, shape):
+        try:
+            order = [int(v) for v in config["order"]]
+            ab = [float(v) for v in config["ab"]]
+            cfg = {"order": order, "cubic": bool(config["cubic"]), "ab": ab,
+                   "anchor": int(config["anchor"])}
+        except (KeyError, TypeError, ValueError, OverflowError):
+            raise CorruptFileError("bad predictor configuration") from None
+        a = cfg["anchor"]
+        if (sorted(order) != [0, 1, 2] or len(ab) != 2 or not all(1.0 <= v <= 64.0 for v in ab)
+                or a < 0 or a > 1 << 20 or (a & (a - 1))):
+            raise CorruptFileError("bad predictor configuration")
+        return cfg
+
+    def _enc(self, xc, out, rec, sg, quant, config, codes, ctx, outp, n0, no0):
+        steps, eints = quant.levels(*config["ab"])
+        lo, hi = quant.range
+        return call(KI.encode, (8, 9), xc, None, out, rec, sg, steps, eints, quant.eb,
+                    quant.mode, quant.otype, lo, hi, np.asarray(config["order"], np.int64),
+                    bool(config["cubic"]), int(config["anchor"]), codes, ctx, outp, n0, no0)
+
+    def _dec(self, out, rec, sg, quant, config, t, outv, outp, st):
+        steps, _ = quant.levels(*config["ab"])
+        lo, hi = quant.range
+        call(KI.decode, (5, 6), out, rec, None, sg, steps, quant.mode, quant.otype, lo, hi,
+             np.asarray(config["order"], np.int64), bool(config["cubic"]),
+             int(config["anchor"]), t.cmap, t.kbs, t.lut, t.fc, t.words, t.low, outv,
+             outp, st)
 
 
-class Interpolation2D(Interpolation):
-    axes = (1, 2)
+class Lorenzo3D(_Kernel):
+    name = "lorenzo"
+    n_ctx = KL.N_CTX
+    groups = KL.GROUPS
+    three = True
+
+    def configs(self, x: np.ndarray, quant: Quantizer) -> list[dict]:
+        return [{}]
+
+    def validate(self, config, shape):
+        if config != {}:
+            raise CorruptFileError("bad predictor configuration")
+        return {}
+
+    def _enc(self, xc, out, rec, sg, quant, config, codes, ctx, outp, n0, no0):
+        steps, eints = quant.levels()
+        lo, hi = quant.range
+        act = np.zeros(xc.shape, np.uint8)
+        return call(KL.encode, (9, 10), xc, None, out, rec, sg, act, float(steps[1]),
+                    float(eints[1]), quant.eb, quant.mode, quant.otype, lo, hi, self.three,
+                    codes, ctx, outp, n0, no0)
+
+    def _dec(self, out, rec, sg, quant, config, t, outv, outp, st):
+        steps, _ = quant.levels()
+        lo, hi = quant.range
+        act = np.zeros(out.shape, np.uint8)
+        call(KL.decode, (6, 7), out, rec, None, sg, act, float(steps[1]), quant.mode,
+             quant.otype, lo, hi, self.three, t.cmap, t.kbs, t.lut, t.fc, t.words, t.low,
+             outv, outp, st)
 
 
-class Previous:
-    """The previous reconstructed frame, predict-then-quantize; the keyframe is coded with
-    2-D interpolation."""
-
-    name = "previous"
-    domain = "value"
-    n_contexts = Interpolation.n_contexts + N_BUCKETS + 1
-
-    def __init__(self) -> None:
-        self.key = Interpolation2D()
-        self.grid_fallback = GridPrevious()
-
-    def encode(self, y: np.ndarray, g: ValueGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        k0, c0, rec0 = self.key.encode(y[:1], g)
-        rec = np.empty_like(y)
-        rec[0] = rec0[0]
-        codes = np.zeros(y.shape, np.int64)   # frame 0's entry is a neutral context only
-        for t in range(1, y.shape[0]):
-            codes[t], rec[t] = g.quantize(y[t], rec[t - 1])
-        ctx = _frame_contexts(codes)[1:] + (Interpolation.n_contexts - 1)
-        return (np.concatenate([k0, codes[1:].ravel()]),
-                np.concatenate([c0, ctx.ravel()]), rec)
-
-    def decode(self, shape: tuple[int, ...], g: ValueGrid, take: Take) -> np.ndarray:
-        rec = np.empty(shape, np.float64)
-        rec[:1] = self.key.decode((1, *shape[1:]), g, take)
-        prev_k = np.zeros(shape[1:], np.int64)
-        for t in range(1, shape[0]):
-            k = take(_frame_context(prev_k) + (Interpolation.n_contexts - 1)).reshape(shape[1:])
-            rec[t] = g.reconstruct(rec[t - 1], k)
-            prev_k = k
-        return rec
+class Lorenzo2D(Lorenzo3D):
+    name = "spatial"
+    three = False

@@ -22,10 +22,10 @@ import zlib
 import numpy as np
 import torch
 
-from ..entropy import N_BUCKETS
 from ..models import LoadedModel, PredNet, default_model_path, load_model
-from ..quantize import ValueGrid
-from .classical import GridPrevious, Interpolation, Interpolation2D, Take, _frame_context
+from .classical_v1 import GridPrevious, Interpolation, Interpolation2D, Take, _frame_context
+from .entropy_v1 import N_BUCKETS
+from .quant_v1 import ValueGrid
 
 SNAP = 64.0
 _LOCK = threading.Lock()

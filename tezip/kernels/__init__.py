@@ -1,0 +1,12 @@
+"""Compiled kernels (numba) for the hot loops of the codec.
+
+Every kernel is a pure function over numpy arrays, compiled once per signature and cached
+on disk (``cache=True``; numba falls back to a per-user cache directory where the package
+is read-only). ``nogil=True``: windows are coded in parallel threads.
+
+Arithmetic is reproducible: numba emits plain IEEE operations (no fused multiply-add, no
+reassociation; checked in tests), so encoder and decoder compute the same predictions bit
+for bit, and integer codes and the exact bound check carry the guarantee. Decoders never
+read or write out of bounds whatever their input: a damaged stream gives wrong values,
+caught by the per-window checksum, or an error flag, never a crash.
+"""

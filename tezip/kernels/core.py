@@ -1,0 +1,264 @@
+"""Shared pieces of the kernels: the numba decorators, constants, and scalar helpers that
+are inlined into the loops (per-point quantization for each bound kind, the exact bound
+check, context buckets, zigzag codes).
+
+Kernels take the bound kind (``mode``) and the output type (``otype``) as compile-time
+literals (``numba.literally``): each combination compiles to its own loop without
+run-time branches on them."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import typeof
+from numba.core import types
+from numba.extending import intrinsic
+
+
+def jit(fn):
+    """Compile ``fn`` once per signature, cached on disk, without the GIL."""
+    return numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
+
+
+_ENTRY: dict = {}
+_ENTRY_LOCK = threading.Lock()
+
+
+def call(kernel, literal: tuple[int, ...], *args):
+    """Call ``kernel`` with the arguments at positions ``literal`` typed as literals.
+
+    ``numba.literally`` alone would make every call from Python first try (and abandon)
+    a compilation for plain ints; this resolves the literal signature once, compiles or
+    loads it from the disk cache, and then calls the compiled entry point directly (about
+    a microsecond). Safe from many threads."""
+    key = (kernel, tuple(args[i] for i in literal),
+           tuple(None if i in literal else typeof(a) for i, a in enumerate(args)))
+    ep = _ENTRY.get(key)
+    if ep is None:
+        sig = tuple(types.literal(a) if i in literal else typeof(a) for i, a in enumerate(args))
+        with _ENTRY_LOCK:
+            ep = _ENTRY.get(key)
+            if ep is None:
+                kernel.compile(sig)
+                ep = kernel.overloads[sig].entry_point
+                _ENTRY[key] = ep
+    return ep(*args)
+
+
+def inline(fn):
+    """A helper inlined into its callers (numba IR inlining; scalar arguments only where
+    it sits in a hot loop)."""
+    return numba.njit(cache=True, inline="always", error_model="numpy")(fn)
+
+
+@intrinsic
+def f64_bits(typingctx, x):
+    """The IEEE bit pattern of a float64 as an int64 (a register move)."""
+    if isinstance(x, types.Float) and x.bitwidth == 64:
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.IntType(64))
+        return types.int64(types.float64), codegen
+    return None
+
+
+@intrinsic
+def mulhi(typingctx, a, b):
+    """High 64 bits of the 128-bit product of two uint64 (one ``mul`` on x86-64)."""
+    if a == types.uint64 and b == types.uint64:
+        def codegen(context, builder, signature, args):
+            i128 = ir.IntType(128)
+            p = builder.mul(builder.zext(args[0], i128), builder.zext(args[1], i128))
+            return builder.trunc(builder.lshr(p, ir.Constant(i128, 64)), ir.IntType(64))
+        return types.uint64(types.uint64, types.uint64), codegen
+    return None
+
+
+@intrinsic
+def bit_length(typingctx, a):
+    """Number of significant bits of a uint64 (0 for 0)."""
+    if a == types.uint64:
+        def codegen(context, builder, signature, args):
+            i64 = ir.IntType(64)
+            lz = builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+            return builder.sub(ir.Constant(i64, 64), lz)
+        return types.int64(types.uint64), codegen
+    return None
+
+
+from .consts import (  # noqa: E402,F401 (re-exported for the kernels)
+    ALPHABET,
+    ESC,
+    FLAG,
+    KMAX,
+    MODE_FLOAT,
+    MODE_INT,
+    MODE_LOG,
+    NB,
+    OUT,
+    OUT_F32,
+    OUT_F64,
+    OUT_INT,
+    PREC,
+    RANS_L,
+    M,
+)
+
+
+@inline
+def within(x, y, lim):
+    """|x - y| <= lim, decided exactly (TwoSum error term where it matters)."""
+    s = x - y
+    a = abs(s)
+    if a < lim:
+        return True
+    if a == lim:
+        bb = s - x
+        t = (x - (s - bb)) + (-y - bb)
+        return t <= 0.0 if s > 0.0 else t >= 0.0
+    return False
+
+
+@inline
+def bucket(r):
+    """Bucket of an activity ratio r >= 0: 0 below 1/16, then two per octave, capped at
+    NB - 1; read off the float's exponent and top mantissa bit (exact)."""
+    bits = f64_bits(r * 16.0)
+    e = (bits >> 52) - 1023
+    if e < 0:
+        return 0
+    b = 1 + 2 * e + ((bits >> 51) & 1)
+    return b if b < NB else NB - 1
+
+
+@inline
+def finite(v):
+    return v if abs(v) < np.inf else 0.0
+
+
+@inline
+def to_out(v, otype, lo, hi):
+    """Round a reconstruction into the output type (as float64)."""
+    if otype == OUT_F32:
+        return np.float64(np.float32(v))
+    if otype == OUT_INT:
+        r = math.floor(v + 0.5)
+        if math.isnan(r):
+            r = 0.0
+        return lo if r < lo else (hi if r > hi else r)
+    return v
+
+
+@inline
+def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
+    """One value ``xo`` against its prediction ``pt`` (log domain for MODE_LOG).
+    Returns (code, output value, log-domain reconstruction, ok); not ok: an outlier."""
+    if mode == MODE_INT:
+        if not (abs(pt) < 1e300):
+            pt = 0.0
+        pr = math.floor(pt + 0.5)
+        kf = math.floor((xo - pr + e_int) / step)
+        if abs(kf) <= KMAX:
+            o = pr + kf * step
+            o = lo if o < lo else (hi if o > hi else o)
+            return np.int64(kf), o, o, True
+        return np.int64(0), xo, xo, False
+    if mode == MODE_FLOAT:
+        kf = math.floor((xo - pt) * inv + 0.5)
+        if abs(kf) <= KMAX:
+            o = to_out(pt + kf * step, otype, lo, hi)
+            if within(xo, o, eb):
+                return np.int64(kf), o, o, True
+        return np.int64(0), xo, xo, False
+    # MODE_LOG: |x - x'| <= eb |x|
+    av = abs(xo)
+    if av > 0.0 and av < np.inf:
+        kf = math.floor((math.log2(av) - pt) * inv + 0.5)
+        if abs(kf) <= KMAX:
+            r = pt + kf * step
+            o = to_out(sg * math.exp2(r), otype, lo, hi)
+            lim = eb * av
+            lim = lim - lim * 2.3e-16      # at or below the exact product eb*|x|
+            if within(xo, o, lim):
+                return np.int64(kf), o, r, True
+    return np.int64(0), xo, xo, False
+
+
+@inline
+def reconstruct(mode, otype, k, pt, step, lo, hi, sg):
+    """Decoder side of ``quantize``: (output value, log-domain reconstruction)."""
+    if mode == MODE_INT:
+        if not (abs(pt) < 1e300):
+            pt = 0.0
+        o = math.floor(pt + 0.5) + k * step
+        o = lo if o < lo else (hi if o > hi else o)
+        return o, o
+    if mode == MODE_FLOAT:
+        o = to_out(pt + k * step, otype, lo, hi)
+        return o, o
+    r = pt + k * step
+    return to_out(sg * math.exp2(r), otype, lo, hi), r
+
+
+@inline
+def log_of_exact(v, pt):
+    """Log-domain reconstruction of a value stored exactly (log2|v| of a finite non-zero
+    value, else the prediction, so that neighbours keep a usable prediction)."""
+    av = abs(v)
+    if av > 0.0 and av < np.inf:
+        return math.log2(av)
+    return pt
+
+
+@inline
+def unzigzag(z):
+    return (z >> 1) ^ -(z & 1)
+
+
+# --- decoding steps shared by the fused decoders -----------------------------------------
+# Scalar only: the loops load from the arrays and pass values in (an array passed to an
+# inlined helper costs two atomic reference-count updates per call).
+
+
+@inline
+def rans_next(x0, x1, slot, f, word, wp):
+    """Advance the decoding state x0 past a symbol of frequency/cumulative ``f`` (freq
+    << 32 | cum) read at ``slot``; ``word`` is the next 16-bit word of the stream (used
+    only when the state needs it). Returns the states swapped (x1 decodes next)."""
+    x0 = (f >> 32) * (x0 >> PREC) + slot - (f & 0xFFFFFFFF)
+    if x0 < RANS_L:
+        x0 = (x0 << 16) | word
+        wp += 1
+    return x1, x0, wp
+
+
+@inline
+def bits_at(a, b, bpos, n):
+    """n (<= 63) bits at bit position ``bpos`` of a little-endian stream of 64-bit words,
+    ``a`` the word holding bit ``bpos`` and ``b`` the next one. Returns (value, bpos + n)."""
+    sh = np.uint64(bpos & 63)
+    v = (a >> sh) | ((b << np.uint64(1)) << (np.uint64(63) - sh))
+    return v & ((np.uint64(1) << np.uint64(n)) - np.uint64(1)), bpos + n
+
+
+@jit
+def escape_high(lw, bpos):
+    """An escaped high part: 6-bit length, then that many bits (a real call: rare)."""
+    nlw = lw.size - 2
+    w = bpos >> 6
+    w = w if w < nlw else nlw
+    ln, bpos = bits_at(lw[w], lw[w + 1], bpos, 6)
+    w = bpos >> 6
+    w = w if w < nlw else nlw
+    v, bpos = bits_at(lw[w], lw[w + 1], bpos, np.int64(ln))
+    return np.uint64(ESC) + v, bpos
+
+
+def words64(data: bytes) -> np.ndarray:
+    """A bit stream as native uint64 words (little-endian order), padded with two zero
+    words so that ``bits_at`` may always read the word after."""
+    pad = (-len(data)) % 8 + 16
+    return np.frombuffer(data + bytes(pad), "<u8").astype(np.uint64)

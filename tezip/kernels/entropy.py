@@ -1,0 +1,389 @@
+"""Entropy coding kernels: contexts merged into classes, the split of each code into an
+entropy-coded high part and raw low bits, static rANS with one table per class (two
+interleaved states, 16-bit words), and code-length estimates for ranking candidates.
+
+A code ``k`` (int) becomes ``z = zigzag(k)``; class ``c`` keeps ``kb[c]`` low bits raw and
+codes ``hi = z >> kb[c]`` as a symbol below ESC, or ESC with ``hi - ESC`` in the escape
+stream; OUT marks an outlier (its value travels exactly, elsewhere). Decoding is fused
+into the predictor kernels (``core.rans_step`` / ``core.read_code``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .core import ALPHABET, ESC, OUT, PREC, RANS_L, M, bit_length, inline, jit, mulhi
+
+MIN_CLASS = 1024      # contexts are merged until a class holds this many codes
+MAX_CLASSES = 250
+
+
+@jit
+def class_map(counts, groups):
+    """Merge adjacent contexts (never across the group boundaries listed in ``groups``,
+    ascending context indices where a new group starts) until every class holds at least
+    MIN_CLASS codes. Returns (map context -> class, number of classes)."""
+    n = counts.size
+    cmap = np.zeros(n, np.uint8)
+    cls = 0
+    acc = 0
+    gi = 0
+    first = True
+    for i in range(n):
+        newgroup = gi < groups.size and i == groups[gi]
+        if newgroup:
+            gi += 1
+        if not first and counts[i] > 0 and cls < MAX_CLASSES - 1 and (
+                acc >= MIN_CLASS or (newgroup and acc > 0)):
+            cls += 1
+            acc = 0
+        if counts[i] > 0:
+            first = False
+        cmap[i] = cls
+        acc += counts[i]
+    if cls > 0 and acc < MIN_CLASS // 4:
+        # the last class is tiny: fold it into the one before
+        for i in range(n):
+            if cmap[i] == cls:
+                cmap[i] = cls - 1
+        cls -= 1
+    return cmap, cls + 1
+
+
+@jit
+def choose_kb(zsum, zcnt, cmap, n_class):
+    """Low bits per class from the mean zigzag code of its contexts: keep the mean of the
+    high part near 8, where low bits stop being near-uniform."""
+    s = np.zeros(n_class, np.float64)
+    c = np.zeros(n_class, np.float64)
+    for i in range(zsum.size):
+        s[cmap[i]] += zsum[i]
+        c[cmap[i]] += zcnt[i]
+    kb = np.zeros(n_class, np.int64)
+    for j in range(n_class):
+        if c[j] > 0:
+            mean = s[j] / c[j]
+            kb[j] = max(0, min(60, int(math.floor(math.log2(mean + 1.0))) - 3))
+    return kb
+
+
+@jit
+def ctx_stats(codes, ctx, n_ctx, outl_flag, use_flag):
+    """Per context: number of codes, sum and number of zigzag codes, and the histogram
+    of their bit lengths (outliers, the codes equal to ``outl_flag`` when ``use_flag``,
+    excluded)."""
+    zsum = np.zeros(n_ctx, np.float64)
+    cnt = np.zeros(n_ctx, np.int64)
+    zcnt = np.zeros(n_ctx, np.float64)
+    blen = np.zeros((n_ctx, 65), np.int64)
+    for i in range(codes.size):
+        c = ctx[i]
+        cnt[c] += 1
+        k = np.int64(codes[i])
+        if not (use_flag and k == outl_flag):
+            z = np.uint64((k << 1) ^ (k >> 63))
+            zsum[c] += np.float64(z)
+            zcnt[c] += 1.0
+            blen[c, bit_length(z)] += 1
+    return cnt, zsum, zcnt, blen
+
+
+@jit
+def stream_bytes(blen, cmap, kb):
+    """An upper bound on the bytes of the bit stream ``symbolize`` writes: every code's
+    low bits, and for the codes whose high part may escape (bit length >= kb + 8), the
+    6-bit length and the escaped bits."""
+    bits = 0
+    for ctxi in range(blen.shape[0]):
+        k = kb[cmap[ctxi]]
+        for bl in range(65):
+            m = blen[ctxi, bl]
+            if m:
+                bits += m * k
+                if bl >= k + 8:
+                    bits += m * (6 + bl - k)
+    return bits // 8 + 16
+
+
+@inline
+def _add(v, n, acc, nacc):
+    """Append n (<= 32) bits of v to the accumulator; returns the 32-bit word to flush
+    (or -1)."""
+    acc |= (v & ((np.uint64(1) << np.uint64(n)) - np.uint64(1))) << np.uint64(nacc)
+    nacc += n
+    if nacc >= 32:
+        return acc >> np.uint64(32), nacc - 32, np.int64(acc & np.uint64(0xFFFFFFFF))
+    return acc, nacc, np.int64(-1)
+
+
+@jit
+def _put_long(v, n, acc, nacc, low, lp):
+    """Append n (<= 64) bits: escapes and wide low bits (a real call, rarely taken)."""
+    while n > 0:
+        take = n if n < 32 else 32
+        acc, nacc, word = _add(v, take, acc, nacc)
+        if word >= 0:
+            low[np.uint64(lp)] = word & 0xFF
+            low[np.uint64(lp + 1)] = (word >> 8) & 0xFF
+            low[np.uint64(lp + 2)] = (word >> 16) & 0xFF
+            low[np.uint64(lp + 3)] = (word >> 24) & 0xFF
+            lp += 4
+        v >>= np.uint64(take)
+        n -= take
+    return acc, nacc, lp
+
+
+@jit
+def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
+    """Codes -> (symbols, classes, bit stream, counts per class and symbol). With
+    ``use_flag``, codes equal to ``outl_flag`` mark outliers. The bit stream holds, per
+    code, an escape's high part (6-bit length, then the bits) and the class's low bits,
+    least significant bit first; ``low_bytes`` bounds its size (``stream_bytes``)."""
+    n = codes.size
+    syms = np.empty(n, np.uint8)
+    cls = np.empty(n, np.uint8)
+    low = np.empty(low_bytes + 8, np.uint8)
+    # two count tables, alternating: consecutive equal symbols would otherwise wait on
+    # each other's increment
+    counts2 = np.zeros((2, n_class, ALPHABET), np.int64)
+    acc = np.uint64(0)
+    nacc = 0
+    lp = 0
+    for i in range(n):
+        c = cmap[ctx[i]]
+        cls[i] = c
+        k = np.int64(codes[i])
+        if use_flag and k == outl_flag:
+            syms[i] = OUT
+            counts2[i & 1, c, OUT] += 1
+            continue
+        z = np.uint64((k << 1) ^ (k >> 63))
+        kk = kb[c]
+        hi = z >> np.uint64(kk)
+        if hi < ESC:
+            syms[i] = np.uint8(hi)
+            counts2[i & 1, c, np.int64(hi)] += 1
+        else:
+            syms[i] = ESC
+            counts2[i & 1, c, ESC] += 1
+            e = hi - np.uint64(ESC)
+            ln = bit_length(e)
+            acc, nacc, lp = _put_long(np.uint64(ln), 6, acc, nacc, low, lp)
+            acc, nacc, lp = _put_long(e, ln, acc, nacc, low, lp)
+        if kk:
+            lowv = z & ((np.uint64(1) << np.uint64(kk)) - np.uint64(1))
+            if kk <= 32:
+                acc, nacc, word = _add(lowv, kk, acc, nacc)
+                if word >= 0:
+                    low[np.uint64(lp)] = word & 0xFF
+                    low[np.uint64(lp + 1)] = (word >> 8) & 0xFF
+                    low[np.uint64(lp + 2)] = (word >> 16) & 0xFF
+                    low[np.uint64(lp + 3)] = (word >> 24) & 0xFF
+                    lp += 4
+            else:
+                acc, nacc, lp = _put_long(lowv, kk, acc, nacc, low, lp)
+    while nacc > 0:
+        low[lp] = np.uint8(acc & np.uint64(0xFF))
+        lp += 1
+        acc >>= np.uint64(8)
+        nacc -= 8
+    return syms, cls, low[:lp].copy(), counts2[0] + counts2[1]
+
+
+@jit
+def normalize(counts):
+    """Counts -> frequencies summing to M per used class (every present symbol >= 1)."""
+    nc = counts.shape[0]
+    freq = np.zeros((nc, ALPHABET), np.int64)
+    for c in range(nc):
+        tot = 0
+        for s in range(ALPHABET):
+            tot += counts[c, s]
+        if tot == 0:
+            freq[c, 0] = M           # an unused class still gets a valid table
+            continue
+        acc = 0
+        best = 0
+        bestv = -1
+        for s in range(ALPHABET):
+            n = counts[c, s]
+            if n > 0:
+                f = max(1, (n * M + tot // 2) // tot)
+                freq[c, s] = f
+                acc += f
+                if n > bestv:
+                    bestv = n
+                    best = s
+        d = M - acc
+        if d >= 0:
+            freq[c, best] += d
+        else:
+            while d < 0:            # take from the largest, keeping every symbol >= 1
+                bi = 0
+                bv = 0
+                for s in range(ALPHABET):
+                    if freq[c, s] > bv:
+                        bv = freq[c, s]
+                        bi = s
+                take = min(-d, bv - 1)
+                if take <= 0:
+                    break
+                freq[c, bi] -= take
+                d += take
+    return freq
+
+
+@jit
+def rans_encode(syms, cls, freq):
+    """Two interleaved rANS states (even/odd positions), 16-bit words; decoding reads the
+    words front to back: two initial states, then renormalisation words. Division by a
+    frequency is an exact 64-bit reciprocal multiply (x < 2^32, f < 2^12)."""
+    n = syms.size
+    nc = freq.shape[0]
+    fcum = np.zeros(nc * ALPHABET, np.int64)       # f << 32 | cum
+    rcp = np.zeros(nc * ALPHABET, np.uint64)       # ceil(2^64 / f); 0 for f == 1
+    for c in range(nc):
+        acc = 0
+        for s in range(ALPHABET):
+            f = freq[c, s]
+            fcum[c * ALPHABET + s] = (f << 32) | acc
+            if f > 1:
+                # ceil(2^64 / f) = floor((2^64 - 1) / f) + 1 for f not a power of two
+                q = np.uint64(0xFFFFFFFFFFFFFFFF) // np.uint64(f)
+                rcp[c * ALPHABET + s] = q + np.uint64(1)
+            acc += f
+    buf = np.empty(n + 8, np.uint16)
+    pos = buf.size
+    x0 = np.int64(RANS_L)
+    x1 = np.int64(RANS_L)
+    i = n - 1
+    if i >= 0 and (i & 1) == 0:          # the last symbol is even: it goes with x0
+        x0, pos = _rans_put(x0, np.int64(cls[i]) * ALPHABET + syms[i], fcum, rcp, buf, pos)
+        i -= 1
+    while i >= 1:                        # (odd, even) pairs from the end
+        x1, pos = _rans_put(x1, np.int64(cls[i]) * ALPHABET + syms[i], fcum, rcp, buf, pos)
+        x0, pos = _rans_put(x0, np.int64(cls[i - 1]) * ALPHABET + syms[i - 1], fcum, rcp,
+                            buf, pos)
+        i -= 2
+    pos -= 4
+    buf[pos] = (x0 >> 16) & 0xFFFF
+    buf[pos + 1] = x0 & 0xFFFF
+    buf[pos + 2] = (x1 >> 16) & 0xFFFF
+    buf[pos + 3] = x1 & 0xFFFF
+    return buf[pos:].copy()
+
+
+@inline
+def _rans_put(x, j, fcum, rcp, buf, pos):
+    fc = fcum[np.uint64(j)]
+    f = fc >> 32
+    # renormalise: emit the low 16 bits while x >= f << (32 - PREC) (at most once)
+    big = x >= (f << (32 - PREC))
+    buf[np.uint64(pos - 1)] = x & 0xFFFF
+    pos -= 1 if big else 0
+    x = (x >> 16) if big else x
+    r = rcp[np.uint64(j)]
+    q = np.int64(mulhi(np.uint64(x), r)) if f > 1 else x
+    return (q << PREC) + (x - q * f) + (fc & 0xFFFFFFFF), pos
+
+
+@jit
+def decoder_tables(freq):
+    """Frequencies -> flat tables for the fused decoders: ``lut[c * M + slot]`` the
+    symbol, ``fc[c * ALPHABET + s]`` = freq << 32 | cumulative freq; ok is False if a
+    class's frequencies do not sum to M (a damaged model)."""
+    nc = freq.shape[0]
+    lut = np.zeros(nc * M, np.uint8)
+    fc = np.zeros(nc * ALPHABET, np.int64)
+    ok = True
+    for c in range(nc):
+        acc = 0
+        for s in range(ALPHABET):
+            f = freq[c, s]
+            if f < 0 or acc + f > M:
+                ok = False
+                break
+            fc[c * ALPHABET + s] = (f << 32) | acc
+            for j in range(acc, acc + f):
+                lut[c * M + j] = s
+            acc += f
+        if acc != M:
+            ok = False
+    return lut, fc, ok
+
+
+@jit
+def estimate_bits(codes, ctx, n_ctx, groups, outl_flag, use_flag, outl_bits):
+    """Estimated length in bits of coding ``codes`` under ``ctx``: the empirical entropy
+    of each class's symbols, its raw low bits, escapes, outliers and the tables."""
+    cnt, zsum, zcnt, _ = ctx_stats(codes, ctx, n_ctx, outl_flag, use_flag)
+    cmap, n_class = class_map(cnt, groups)
+    kb = choose_kb(zsum, zcnt, cmap, n_class)
+    counts = np.zeros((n_class, ALPHABET), np.int64)
+    bits = 0.0
+    for i in range(codes.size):
+        c = cmap[ctx[i]]
+        k = np.int64(codes[i])
+        if use_flag and k == outl_flag:
+            counts[c, OUT] += 1
+            bits += outl_bits
+            continue
+        z = np.uint64((k << 1) ^ (k >> 63))
+        hi = z >> np.uint64(kb[c])
+        if hi >= ESC:
+            counts[c, ESC] += 1
+            bits += 6.0 + bit_length(hi - np.uint64(ESC))
+        else:
+            counts[c, np.int64(hi)] += 1
+        bits += kb[c]
+    for c in range(n_class):
+        tot = 0
+        used = 0
+        for s in range(ALPHABET):
+            tot += counts[c, s]
+        for s in range(ALPHABET):
+            n = counts[c, s]
+            if n > 0:
+                used += 1
+                bits -= n * math.log2(n / tot)
+        bits += 10.0 * used + 24.0
+    return bits
+
+
+@jit
+def varint_encode(vals):
+    out = np.empty(vals.size * 10 + 1, np.uint8)
+    p = 0
+    for i in range(vals.size):
+        v = np.uint64(vals[i])
+        while v >= np.uint64(0x80):
+            out[p] = np.uint8((v & np.uint64(0x7F)) | np.uint64(0x80))
+            p += 1
+            v >>= np.uint64(7)
+        out[p] = np.uint8(v)
+        p += 1
+    return out[:p].copy()
+
+
+@jit
+def varint_decode(buf, n):
+    """n unsigned varints; (values, bytes used, ok)."""
+    out = np.zeros(n, np.int64)
+    p = 0
+    nb = buf.size
+    for i in range(n):
+        v = np.uint64(0)
+        sh = 0
+        while True:
+            if p >= nb or sh > 63:
+                return out, p, False
+            b = np.uint64(buf[p])
+            p += 1
+            v |= (b & np.uint64(0x7F)) << np.uint64(sh)
+            sh += 7
+            if b < np.uint64(0x80):
+                break
+        out[i] = np.int64(v)
+    return out, p, True

@@ -1,0 +1,415 @@
+"""Multilevel interpolation over a 3-D volume (T, H, W), predict-quantize-reconstruct in
+one pass (the family SZ3 uses, with the anchor grid and level-wise bounds of QoZ).
+
+Anchors, points at multiples of ``anchor`` on every axis, are stored exactly. Then, from
+stride ``anchor/2`` down to 1, each level visits the axes in ``order``: along axis d at
+stride s it predicts the points at odd multiples of s along d (multiples of s on the
+axes visited before d, of 2s on those after) from reconstructed neighbours at -3s, -s,
++s, +3s: cubic, quadratic near the ends, linear, or the left neighbour where there is no
+right one (an edge). Level l (stride 2^(l-1)) quantizes with its own step
+(``steps[l]``): coarse levels may use a tighter bound, so that the many points of the
+fine levels are predicted from more accurate neighbours. Every reconstruction is checked
+against the user's bound (``eb``).
+
+Contexts: group (level 1, level 2, coarser, edge, anchor) x bucket of the local variation
+(|left - right|, or |left - left3| at an edge) over the step.
+
+``base`` (optional): a forecast of every value; the interpolation then runs on x - base
+(the forecast error) and reconstructions are base + interpolated error. ``rec`` is the
+prediction domain: ``out`` itself for plain float/integer coding, a float64 array for the
+log domain (MODE_LOG) or the forecast error.
+
+Positions are visited row by row with the fastest axis innermost; along a row the
+interpolation kind is fixed (axes 0, 1) or changes only at the ends (axis 2), so each
+run of points is a tight loop with fixed tap offsets and weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import literally
+
+from .core import (
+    ALPHABET,
+    ESC,
+    FLAG,
+    MODE_LOG,
+    NB,
+    OUT,
+    M,
+    bits_at,
+    bucket,
+    escape_high,
+    finite,
+    inline,
+    jit,
+    log_of_exact,
+    quantize,
+    rans_next,
+    reconstruct,
+    to_out,
+    unzigzag,
+)
+
+G_L1, G_L2, G_COARSE, G_EDGE, G_ANCHOR = 0, 1, 2, 3, 4
+N_CTX = 5 * NB
+GROUPS = np.array([NB, 2 * NB, 3 * NB, 4 * NB], np.int64)
+
+
+@inline
+def _levels(T, H, W, anchor):
+    top = 1
+    while top < max(T, H, W):
+        top *= 2
+    a = anchor if anchor > 0 else 2 * top
+    s = min(a, top) // 2
+    lvl = 1
+    while (1 << lvl) <= s:
+        lvl += 1
+    return a, s, lvl
+
+
+@inline
+def _plan(o0, o1, o2, oi, s):
+    """Starts and steps of the loops over axes 0, 1, 2 for the pass along axis o[oi]."""
+    st0 = st1 = st2 = 0
+    sp0 = sp1 = sp2 = 0
+    for oj in range(3):
+        ax = o0 if oj == 0 else (o1 if oj == 1 else o2)
+        if oj < oi:
+            st, sp = 0, s
+        elif oj == oi:
+            st, sp = s, 2 * s
+        else:
+            st, sp = 0, 2 * s
+        if ax == 0:
+            st0, sp0 = st, sp
+        elif ax == 1:
+            st1, sp1 = st, sp
+        else:
+            st2, sp2 = st, sp
+    return st0, sp0, st1, sp1, st2, sp2
+
+
+@inline
+def _kind(c, n, s, sd, cubic):
+    """Taps (offsets o0..o3, weights w0..w3), variation tap ov and edge flag for a point
+    at coordinate c along an axis of size n, stride s (flat stride sd)."""
+    if c + s < n:
+        l3 = c >= 3 * s
+        r3 = c + 3 * s < n
+        if cubic and l3 and r3:
+            return -3 * sd, sd, 3 * sd, sd, -0.0625, 0.5625, 0.5625, -0.0625, False
+        if cubic and r3:
+            return -sd, sd, 3 * sd, sd, 0.0, 0.375, 0.75, -0.125, False
+        if cubic and l3:
+            return -3 * sd, sd, sd, sd, -0.125, 0.75, 0.375, 0.0, False
+        return -sd, sd, sd, sd, 0.0, 0.5, 0.5, 0.0, False
+    if c >= 3 * s:
+        return -sd, -sd, -sd, -3 * sd, 0.0, 1.0, 0.0, 0.0, True
+    return -sd, -sd, -sd, -sd, 0.0, 1.0, 0.0, 0.0, True
+
+
+@inline
+def _run_length(c, n, s, cubic):
+    """Points from c on (step 2s) that share c's kind: the cubic interior is one run."""
+    if cubic and c >= 3 * s and c + 3 * s < n:
+        return (n - 3 * s - 1 - c) // (2 * s) + 1
+    return 1
+
+
+@inline
+def _enc_run(mode, otype, arrs, has_base, geo, wts, qp, n, no):
+    xf, bf, of, rf, sf, codes, ctx, outp = arrs
+    i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
+    w0, w1, w2, w3 = wts
+    step, inv, e_int, eb, lo, hi = qp
+    for j in range(cnt):
+        i = i0 + j * istep
+        ui = np.uint64(i)
+        a = np.float64(rf[np.uint64(i - sd)])
+        p = (w0 * np.float64(rf[np.uint64(i + o0)]) + w1 * a
+             + w2 * np.float64(rf[np.uint64(i + o2)]) + w3 * np.float64(rf[np.uint64(i + o3)]))
+        var = abs(a - np.float64(rf[np.uint64(i + ov)]))
+        sg = 1.0
+        if mode == MODE_LOG:
+            sv = sf[ui]
+            if sv == 2 or sv == -2:
+                of[ui] = 0.0 if sv > 0 else -0.0
+                rf[ui] = p
+                continue
+            sg = 1.0 if sv > 0 else -1.0
+        b = bf[ui] if has_base else 0.0
+        pt = p + b
+        ctx[n] = gb + bucket(var * inv)
+        xo = np.float64(xf[ui])
+        k, o, r, ok = quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg)
+        if ok:
+            codes[n] = k
+            of[ui] = o
+            rf[ui] = r if mode == MODE_LOG else o - b
+        else:
+            codes[n] = FLAG
+            outp[no] = i
+            no += 1
+            if abs(xo) < np.inf:
+                of[ui] = xo
+                rf[ui] = log_of_exact(xo, p) if mode == MODE_LOG else xo - b
+            elif mode == MODE_LOG:
+                of[ui] = 0.0
+                rf[ui] = p
+            else:
+                of[ui] = to_out(finite(pt), otype, lo, hi)
+                rf[ui] = of[ui] - b
+        n += 1
+    return n, no
+
+
+@jit
+def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order, cubic,
+           anchor, codes, ctx, outp, n0, no0):
+    """Code the volume ``x``: codes (FLAG for outliers) and contexts from position n0,
+    outlier positions (flat indices into x, in coding order) from no0. Returns (n, no).
+    Non-finite outliers leave a finite placeholder in ``out``: the caller puts the exact
+    values in afterwards."""
+    mode = literally(mode)
+    otype = literally(otype)
+    T, H, W = x.shape
+    xf = x.ravel()
+    of = out.ravel()
+    rf = rec.ravel()
+    sf = sgn.ravel()
+    has_base = base is not None
+    bf = base.ravel() if base is not None else rf
+    n = n0
+    no = no0
+    HW = H * W
+    a, s, lvl = _levels(T, H, W, anchor)
+    for t in range(0, T, a):
+        for y in range(0, H, a):
+            for xx in range(0, W, a):
+                i = t * HW + y * W + xx
+                ui = np.uint64(i)
+                if mode == MODE_LOG and (sf[ui] == 2 or sf[ui] == -2):
+                    of[ui] = 0.0 if sf[ui] > 0 else -0.0
+                    rf[ui] = 0.0
+                    continue
+                xo = np.float64(xf[ui])
+                codes[n] = FLAG
+                ctx[n] = G_ANCHOR * NB
+                n += 1
+                outp[no] = i
+                no += 1
+                b = bf[ui] if has_base else 0.0
+                if abs(xo) < np.inf:
+                    of[ui] = xo
+                    rf[ui] = log_of_exact(xo, 0.0) if mode == MODE_LOG else xo - b
+                elif mode == MODE_LOG:
+                    of[ui] = 0.0
+                    rf[ui] = 0.0
+                else:
+                    of[ui] = to_out(finite(b), otype, lo, hi)
+                    rf[ui] = of[ui] - b
+    arrs = (xf, bf, of, rf, sf, codes, ctx, outp)
+    o0, o1, o2 = order[0], order[1], order[2]
+    while s >= 1:
+        step = steps[lvl]
+        inv = 1.0 / step
+        e_int = eints[lvl]
+        qp = (step, inv, e_int, eb, lo, hi)
+        grp = G_L1 if lvl == 1 else (G_L2 if lvl == 2 else G_COARSE)
+        for oi in range(3):
+            d = o0 if oi == 0 else (o1 if oi == 1 else o2)
+            nd = T if d == 0 else (H if d == 1 else W)
+            if nd <= s:
+                continue
+            st0, sp0, st1, sp1, st2, sp2 = _plan(o0, o1, o2, oi, s)
+            sd = (HW if d == 0 else (W if d == 1 else 1)) * s
+            cnt_x = (W - st2 + sp2 - 1) // sp2
+            for t in range(st0, T, sp0):
+                for y in range(st1, H, sp1):
+                    row = t * HW + y * W
+                    if d != 2:
+                        c = t if d == 0 else y
+                        q0, q2, q3, qv, w0, w1, w2, w3, edge = _kind(c, nd, s, sd, cubic)
+                        gb = (G_EDGE if edge else grp) * NB
+                        n, no = _enc_run(mode, otype, arrs, has_base,
+                                         (row + st2, cnt_x, sp2, q0, q2, q3, qv, sd, gb),
+                                         (w0, w1, w2, w3), qp, n, no)
+                    else:
+                        c = s
+                        while c < W:
+                            q0, q2, q3, qv, w0, w1, w2, w3, edge = _kind(c, W, s, sd, cubic)
+                            cnt = _run_length(c, W, s, cubic)
+                            gb = (G_EDGE if edge else grp) * NB
+                            n, no = _enc_run(mode, otype, arrs, has_base,
+                                             (row + c, cnt, 2 * s, q0, q2, q3, qv, sd, gb),
+                                             (w0, w1, w2, w3), qp, n, no)
+                            c += cnt * 2 * s
+        s //= 2
+        lvl -= 1
+    return n, no
+
+
+@inline
+def _dec_run(mode, otype, arrs, has_base, geo, wts, qp, state):
+    of, rf, bf, sf, cmap, kbs, lut, fc, words, lw, outv, outp = arrs
+    i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
+    w0, w1, w2, w3 = wts
+    step, inv, lo_, hi_ = qp
+    x0, x1, wp, bpos, op = state
+    nov = outv.size
+    nw1 = words.size - 1
+    nlw = lw.size - 2
+    for j in range(cnt):
+        i = i0 + j * istep
+        ui = np.uint64(i)
+        a = np.float64(rf[np.uint64(i - sd)])
+        p = (w0 * np.float64(rf[np.uint64(i + o0)]) + w1 * a
+             + w2 * np.float64(rf[np.uint64(i + o2)]) + w3 * np.float64(rf[np.uint64(i + o3)]))
+        var = abs(a - np.float64(rf[np.uint64(i + ov)]))
+        sg = 1.0
+        if mode == MODE_LOG:
+            sv = sf[ui]
+            if sv == 2 or sv == -2:
+                of[ui] = 0.0 if sv > 0 else -0.0
+                rf[ui] = p
+                continue
+            sg = 1.0 if sv > 0 else -1.0
+        b = bf[ui] if has_base else 0.0
+        pt = p + b
+        c = np.int64(cmap[gb + bucket(var * inv)])
+        slot = x0 & (M - 1)
+        sym = np.int64(lut[np.uint64(c * M + slot)])
+        x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],
+                               np.int64(words[np.uint64(wp if wp < nw1 else nw1)]), wp)
+        if sym == OUT:
+            v = outv[np.uint64(op)] if op < nov else 0.0
+            if op < nov:
+                outp[np.uint64(op)] = i
+            op += 1
+            if abs(v) < np.inf:
+                of[ui] = v
+                rf[ui] = log_of_exact(v, p) if mode == MODE_LOG else v - b
+            elif mode == MODE_LOG:
+                of[ui] = 0.0
+                rf[ui] = p
+            else:
+                of[ui] = to_out(finite(pt), otype, lo_, hi_)
+                rf[ui] = of[ui] - b
+            continue
+        hv = np.uint64(sym)
+        if sym >= ESC:
+            hv, bpos = escape_high(lw, bpos)
+        kb = kbs[np.uint64(c)]
+        z = hv << np.uint64(kb)
+        if kb:
+            w = bpos >> 6
+            w = w if w < nlw else nlw
+            lo, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
+            z |= lo
+        o, r = reconstruct(mode, otype, unzigzag(np.int64(z)), pt, step, lo_, hi_, sg)
+        of[ui] = o
+        if mode == MODE_LOG:
+            rf[ui] = r
+        elif has_base:
+            rf[ui] = o - b
+    return x0, x1, wp, bpos, op
+
+
+@jit
+def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor, cmap,
+           kbs, lut, fc, words, lw, outv, outp, st):
+    """Inverse of ``encode`` with the entropy decoding fused in. ``st`` carries the
+    decoder state across calls (channels): x0, x1, word pos, bit accumulator, bits in it,
+    byte pos, escape pos, outlier pos. ``lut``/``fc``: flat tables (class x slot ->
+    symbol; class x symbol -> freq << 32 | cumulative freq)."""
+    mode = literally(mode)
+    otype = literally(otype)
+    T, H, W = out.shape
+    of = out.ravel()
+    rf = rec.ravel()
+    sf = sgn.ravel()
+    has_base = base is not None
+    bf = base.ravel() if base is not None else rf
+    x0 = st[0]
+    x1 = st[1]
+    wp = st[2]
+    bpos = st[3]
+    op = st[7]
+    nov = outv.size
+    nw1 = words.size - 1
+    HW = H * W
+    a, s, lvl = _levels(T, H, W, anchor)
+    for t in range(0, T, a):
+        for y in range(0, H, a):
+            for xx in range(0, W, a):
+                i = t * HW + y * W + xx
+                ui = np.uint64(i)
+                if mode == MODE_LOG and (sf[ui] == 2 or sf[ui] == -2):
+                    of[ui] = 0.0 if sf[ui] > 0 else -0.0
+                    rf[ui] = 0.0
+                    continue
+                c = np.int64(cmap[G_ANCHOR * NB])
+                slot = x0 & (M - 1)
+                sym = np.int64(lut[np.uint64(c * M + slot)])
+                x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],
+                                       np.int64(words[np.uint64(wp if wp < nw1 else nw1)]), wp)
+                v = outv[np.uint64(op)] if op < nov else 0.0
+                if op < nov:
+                    outp[np.uint64(op)] = i
+                op += 1
+                b = bf[ui] if has_base else 0.0
+                if sym == OUT and abs(v) < np.inf:
+                    of[ui] = v
+                    rf[ui] = log_of_exact(v, 0.0) if mode == MODE_LOG else v - b
+                elif mode == MODE_LOG:
+                    of[ui] = 0.0
+                    rf[ui] = 0.0
+                else:
+                    of[ui] = to_out(finite(b), otype, lo, hi)
+                    rf[ui] = of[ui] - b
+    arrs = (of, rf, bf, sf, cmap, kbs, lut, fc, words, lw, outv, outp)
+    o0, o1, o2 = order[0], order[1], order[2]
+    while s >= 1:
+        step = steps[lvl]
+        inv = 1.0 / step
+        qp = (step, inv, lo, hi)
+        grp = G_L1 if lvl == 1 else (G_L2 if lvl == 2 else G_COARSE)
+        for oi in range(3):
+            d = o0 if oi == 0 else (o1 if oi == 1 else o2)
+            nd = T if d == 0 else (H if d == 1 else W)
+            if nd <= s:
+                continue
+            st0, sp0, st1, sp1, st2, sp2 = _plan(o0, o1, o2, oi, s)
+            sd = (HW if d == 0 else (W if d == 1 else 1)) * s
+            cnt_x = (W - st2 + sp2 - 1) // sp2
+            for t in range(st0, T, sp0):
+                for y in range(st1, H, sp1):
+                    row = t * HW + y * W
+                    if d != 2:
+                        c = t if d == 0 else y
+                        q0, q2, q3, qv, w0, w1, w2, w3, edge = _kind(c, nd, s, sd, cubic)
+                        gb = (G_EDGE if edge else grp) * NB
+                        x0, x1, wp, bpos, op = _dec_run(
+                            mode, otype, arrs, has_base,
+                            (row + st2, cnt_x, sp2, q0, q2, q3, qv, sd, gb), (w0, w1, w2, w3),
+                            qp, (x0, x1, wp, bpos, op))
+                    else:
+                        c = s
+                        while c < W:
+                            q0, q2, q3, qv, w0, w1, w2, w3, edge = _kind(c, W, s, sd, cubic)
+                            cnt = _run_length(c, W, s, cubic)
+                            gb = (G_EDGE if edge else grp) * NB
+                            x0, x1, wp, bpos, op = _dec_run(
+                                mode, otype, arrs, has_base,
+                                (row + c, cnt, 2 * s, q0, q2, q3, qv, sd, gb),
+                                (w0, w1, w2, w3), qp, (x0, x1, wp, bpos, op))
+                            c += cnt * 2 * s
+        s //= 2
+        lvl -= 1
+    st[0] = x0
+    st[1] = x1
+    st[2] = wp
+    st[3] = bpos
+    st[7] = op

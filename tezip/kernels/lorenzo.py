@@ -1,0 +1,264 @@
+"""Lorenzo prediction over a 3-D volume (T, H, W), predict-quantize-reconstruct value by
+value in raster order (as SZ does): 3-D, p = a + b - c + d - e - f + g from the seven
+reconstructed neighbours before the point in (t, y, x), or 2-D within each frame,
+p = a + b - c; neighbours outside the volume count as 0.
+
+Contexts: group (3-D, or the first frame / 2-D) x bucket of the code magnitudes of the
+neighbours in the row above (and in the previous frame, for 3-D): residuals cluster, so a
+point next to large codes expects a large one. (Not the value to the left: the decoder
+would have to finish it before decoding the next symbol.) ``act`` holds min(|code|, 255) of
+every coded point (255 for an outlier).
+
+Rows are coded with fixed neighbour availability (above? previous frame?), so the inner
+loop has no boundary tests: the first value of a row goes through the general path.
+
+``base`` (optional): a forecast; the predictor then runs on the forecast error, as in
+``interp``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import literally
+
+from .core import (
+    ALPHABET,
+    ESC,
+    FLAG,
+    MODE_LOG,
+    NB,
+    OUT,
+    M,
+    bits_at,
+    bucket,
+    escape_high,
+    finite,
+    inline,
+    jit,
+    log_of_exact,
+    quantize,
+    rans_next,
+    reconstruct,
+    to_out,
+    unzigzag,
+)
+
+G_3D, G_2D = 0, 1
+N_CTX = 2 * NB
+GROUPS = np.array([NB], np.int64)
+
+
+@inline
+def _pred(rf, af, i, x0, xl, up, prev, W, HW):
+    """Prediction and neighbour activity of point i (x0: it starts its row; xl: it ends
+    it; up: the row above exists; prev: the previous frame takes part). The activity
+    comes from the row above and the previous frame only, so that the decoder's entropy
+    decoding does not wait for the value just before."""
+    a = 0.0
+    b = 0.0
+    c = 0.0
+    s = 0
+    if not x0:
+        a = np.float64(rf[np.uint64(i - 1)])
+    if up:
+        b = np.float64(rf[np.uint64(i - W)])
+        s += 2 * np.int64(af[np.uint64(i - W)])
+        if not x0:
+            c = np.float64(rf[np.uint64(i - W - 1)])
+            s += np.int64(af[np.uint64(i - W - 1)])
+        if not xl:
+            s += np.int64(af[np.uint64(i - W + 1)])
+    q = b - c
+    if prev:
+        j = i - HW
+        d = np.float64(rf[np.uint64(j)])
+        s += 2 * np.int64(af[np.uint64(j)])
+        e = 0.0
+        f = 0.0
+        g = 0.0
+        if not x0:
+            e = np.float64(rf[np.uint64(j - 1)])
+        if up:
+            f = np.float64(rf[np.uint64(j - W)])
+            if not x0:
+                g = np.float64(rf[np.uint64(j - W - 1)])
+        q = q + ((d - e) - (f - g))
+    # the value to the left enters last: one addition on the path from one value to the
+    # next (the rest does not depend on it)
+    p = a + q
+    return p, s
+
+
+@inline
+def _enc_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, n, no):
+    xf, bf, of, rf, sf, af, codes, ctx, outp = arrs
+    step, inv, e_int, eb, lo, hi = qp
+    for xx in range(W):
+        i = row + xx
+        ui = np.uint64(i)
+        p, s = _pred(rf, af, i, xx == 0, xx == W - 1, up, prev, W, HW)
+        sg = 1.0
+        if mode == MODE_LOG:
+            sv = sf[ui]
+            if sv == 2 or sv == -2:
+                of[ui] = 0.0 if sv > 0 else -0.0
+                rf[ui] = p
+                af[ui] = 0
+                continue
+            sg = 1.0 if sv > 0 else -1.0
+        b = bf[ui] if has_base else 0.0
+        pt = p + b
+        ctx[n] = gb + bucket(0.125 * s)
+        xo = np.float64(xf[ui])
+        k, o, r, ok = quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg)
+        if ok:
+            codes[n] = k
+            of[ui] = o
+            rf[ui] = r if mode == MODE_LOG else o - b
+            ak = abs(k)
+            af[ui] = ak if ak < 255 else 255
+        else:
+            codes[n] = FLAG
+            outp[no] = i
+            no += 1
+            af[ui] = 255
+            if abs(xo) < np.inf:
+                of[ui] = xo
+                rf[ui] = log_of_exact(xo, p) if mode == MODE_LOG else xo - b
+            elif mode == MODE_LOG:
+                of[ui] = 0.0
+                rf[ui] = p
+            else:
+                of[ui] = to_out(finite(pt), otype, lo, hi)
+                rf[ui] = of[ui] - b
+        n += 1
+    return n, no
+
+
+@jit
+def encode(x, base, out, rec, sgn, act, step, e_int, eb, mode, otype, lo, hi, three,
+           codes, ctx, outp, n0, no0):
+    """Code the volume ``x``; same conventions as ``interp.encode``. Returns (n, no)."""
+    mode = literally(mode)
+    otype = literally(otype)
+    T, H, W = x.shape
+    xf = x.ravel()
+    of = out.ravel()
+    rf = rec.ravel()
+    sf = sgn.ravel()
+    af = act.ravel()
+    has_base = base is not None
+    bf = base.ravel() if base is not None else rf
+    arrs = (xf, bf, of, rf, sf, af, codes, ctx, outp)
+    qp = (step, 1.0 / step, e_int, eb, lo, hi)
+    n = n0
+    no = no0
+    HW = H * W
+    for t in range(T):
+        prev = three and t > 0
+        gb = (G_3D if prev else G_2D) * NB
+        for y in range(H):
+            n, no = _enc_row(mode, otype, arrs, has_base, t * HW + y * W, W, HW, y > 0, prev,
+                             gb, qp, n, no)
+    return n, no
+
+
+@inline
+def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
+    of, rf, bf, sf, af, cmap, kbs, lut, fc, words, lw, outv, outp = arrs
+    step, lo, hi = qp
+    x0, x1, wp, bpos, op = state
+    nov = outv.size
+    nw1 = words.size - 1
+    nlw = lw.size - 2
+    for xx in range(W):
+        i = row + xx
+        ui = np.uint64(i)
+        p, s = _pred(rf, af, i, xx == 0, xx == W - 1, up, prev, W, HW)
+        sg = 1.0
+        if mode == MODE_LOG:
+            sv = sf[ui]
+            if sv == 2 or sv == -2:
+                of[ui] = 0.0 if sv > 0 else -0.0
+                rf[ui] = p
+                af[ui] = 0
+                continue
+            sg = 1.0 if sv > 0 else -1.0
+        b = bf[ui] if has_base else 0.0
+        pt = p + b
+        c = np.int64(cmap[gb + bucket(0.125 * s)])
+        slot = x0 & (M - 1)
+        sym = np.int64(lut[np.uint64(c * M + slot)])
+        x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],
+                               np.int64(words[np.uint64(wp if wp < nw1 else nw1)]), wp)
+        if sym == OUT:
+            v = outv[np.uint64(op)] if op < nov else 0.0
+            if op < nov:
+                outp[np.uint64(op)] = i
+            op += 1
+            af[ui] = 255
+            if abs(v) < np.inf:
+                of[ui] = v
+                rf[ui] = log_of_exact(v, p) if mode == MODE_LOG else v - b
+            elif mode == MODE_LOG:
+                of[ui] = 0.0
+                rf[ui] = p
+            else:
+                of[ui] = to_out(finite(pt), otype, lo, hi)
+                rf[ui] = of[ui] - b
+            continue
+        hv = np.uint64(sym)
+        if sym >= ESC:
+            hv, bpos = escape_high(lw, bpos)
+        kb = kbs[np.uint64(c)]
+        z = hv << np.uint64(kb)
+        if kb:
+            w = bpos >> 6
+            w = w if w < nlw else nlw
+            low, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
+            z |= low
+        k = unzigzag(np.int64(z))
+        ak = abs(k)
+        af[ui] = ak if ak < 255 else 255
+        o, r = reconstruct(mode, otype, k, pt, step, lo, hi, sg)
+        of[ui] = o
+        if mode == MODE_LOG:
+            rf[ui] = r
+        elif has_base:
+            rf[ui] = o - b
+    return x0, x1, wp, bpos, op
+
+
+@jit
+def decode(out, rec, base, sgn, act, step, mode, otype, lo, hi, three, cmap, kbs, lut, fc,
+           words, lw, outv, outp, st):
+    """Inverse of ``encode`` with the entropy decoding fused in (state in ``st`` as in
+    ``interp.decode``)."""
+    mode = literally(mode)
+    otype = literally(otype)
+    T, H, W = out.shape
+    of = out.ravel()
+    rf = rec.ravel()
+    sf = sgn.ravel()
+    af = act.ravel()
+    has_base = base is not None
+    bf = base.ravel() if base is not None else rf
+    arrs = (of, rf, bf, sf, af, cmap, kbs, lut, fc, words, lw, outv, outp)
+    qp = (step, lo, hi)
+    x0 = st[0]
+    x1 = st[1]
+    wp = st[2]
+    bpos = st[3]
+    op = st[7]
+    HW = H * W
+    for t in range(T):
+        prev = three and t > 0
+        gb = (G_3D if prev else G_2D) * NB
+        for y in range(H):
+            x0, x1, wp, bpos, op = _dec_row(mode, otype, arrs, has_base, t * HW + y * W, W,
+                                            HW, y > 0, prev, gb, qp, (x0, x1, wp, bpos, op))
+    st[0] = x0
+    st[1] = x1
+    st[2] = wp
+    st[3] = bpos
+    st[7] = op

@@ -1,0 +1,1 @@
+"""Readers of older format versions (their files decode bit for bit forever)."""

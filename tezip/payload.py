@@ -1,0 +1,104 @@
+"""A window's payload (format v2), packed and unpacked in one place.
+
+Layout: ``u32 meta length | meta (JSON) | sections back to back``. The meta record names
+the predictor and its configuration, the frame count, the section sizes, which sections
+are zstd-compressed (their raw sizes, 0 for stored as is), the number of outliers, the
+CRC-32 of the reconstruction and, for learned predictors, the model hash and the CRC-32
+of the forecasts.
+
+Sections, in order: the entropy model, the rANS words, the bit stream (escapes and raw
+low bits), the outliers' exact values (native dtype, little-endian, in coding order), the sign and
+zero masks (point-wise relative mode). Unused sections are empty.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+
+from .entropy import unzstd_exact, zstd
+from .errors import CorruptFileError
+
+SECTIONS = ("model", "words", "low", "outliers", "masks")
+_COMPRESSIBLE = {"low", "outliers", "masks"}
+_META_LEN = struct.Struct("<I")
+MAX_META = 1 << 16
+
+
+@dataclass
+class Payload:
+    meta: dict
+    sections: dict[str, bytes]
+
+
+def pack(meta: dict, sections: dict[str, bytes]) -> bytes:
+    parts, raw = [], []
+    for name in SECTIONS:
+        data = sections.get(name, b"")
+        size = 0
+        if name in _COMPRESSIBLE and len(data) >= 64:
+            z = zstd(data, 3)
+            if len(z) < 0.97 * len(data):
+                data, size = z, len(data)
+        parts.append(data)
+        raw.append(size)
+    meta = {**meta, "s": [len(p) for p in parts], "z": raw}
+    mb = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode()
+    if len(mb) > MAX_META:
+        raise ValueError("window metadata too large")
+    return _META_LEN.pack(len(mb)) + mb + b"".join(parts)
+
+
+def peek_meta(payload: bytes) -> dict:
+    """The meta record only (``tezip info``)."""
+    return _meta(payload)[0]
+
+
+def _meta(payload: bytes) -> tuple[dict, int]:
+    if len(payload) < _META_LEN.size:
+        raise CorruptFileError("truncated window")
+    (mlen,) = _META_LEN.unpack_from(payload)
+    if mlen > MAX_META or _META_LEN.size + mlen > len(payload):
+        raise CorruptFileError("bad window metadata length")
+    try:
+        meta = json.loads(payload[_META_LEN.size:_META_LEN.size + mlen],
+                          parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError):
+        raise CorruptFileError("bad window metadata") from None
+    if not isinstance(meta, dict):
+        raise CorruptFileError("bad window metadata")
+    return meta, _META_LEN.size + mlen
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} in window metadata")
+
+
+def unpack(payload: bytes, limits: dict[str, int]) -> Payload:
+    """Split a payload into its meta record and (decompressed) sections; ``limits``: the
+    largest raw size each section may have for this window (a damaged size is refused
+    before anything is allocated)."""
+    meta, pos = _meta(payload)
+    try:
+        sizes = [int(v) for v in meta["s"]]
+        raw = [int(v) for v in meta["z"]]
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise CorruptFileError("bad window metadata") from None
+    if (len(sizes) != len(SECTIONS) or len(raw) != len(SECTIONS) or min(sizes) < 0
+            or min(raw) < 0 or pos + sum(sizes) != len(payload)):
+        raise CorruptFileError("window metadata does not match its payload")
+    sections = {}
+    for name, size, rsize in zip(SECTIONS, sizes, raw, strict=True):
+        data = payload[pos:pos + size]
+        pos += size
+        limit = limits.get(name, math.inf)
+        if rsize:
+            if name not in _COMPRESSIBLE or rsize > limit:
+                raise CorruptFileError(f"bad size of the {name} section")
+            data = unzstd_exact(data, rsize)
+        elif size > limit:
+            raise CorruptFileError(f"bad size of the {name} section")
+        sections[name] = data
+    return Payload(meta, sections)
