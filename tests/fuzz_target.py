@@ -19,9 +19,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 MEMORY_LIMIT = 64 << 20     # the seeds are a few kB; a decoder may not allocate 64 MB for them
 
 
-def seeds(learned: bool = True) -> list[tuple[str, bytes, np.ndarray]]:
+def seeds(learned: bool = True, versions: str = "v*") -> list[tuple[str, bytes, np.ndarray]]:
     out = []
-    for p in sorted(FIXTURES.glob("v*/*.tez")):
+    for p in sorted(FIXTURES.glob(f"{versions}/*.tez")):
         if not learned and "prednet" in p.stem:
             continue
         out.append((p.stem, p.read_bytes(), np.load(p.with_suffix(".npy"))))
@@ -109,13 +109,14 @@ def reseal(blob: bytes, edit) -> bytes:
     header = copy.deepcopy(r.header)
     entries = list(r.entries)
     payloads = [r.payload(i) for i in range(len(entries))]
+    version, model = r.version, r.model_bytes
     r.close()
     edit(header, entries, payloads)
     buf = io.BytesIO()
-    w = ContainerWriter(None, header, fileobj=buf, check=False)  # crafted on purpose
+    w = ContainerWriter(None, header, fileobj=buf, check=False, version=version)  # crafted
     for e, p in zip(entries, payloads, strict=True):
         w.add_window(e.t0, e.frames, p)
-    w.close()
+    w.close(model)
     return buf.getvalue()
 
 

@@ -154,13 +154,14 @@ def test_model_directory_written_by_train_is_accepted(tmp_path):
     """--model DIR: the directory 'tezip train --out DIR' writes (its model.safetensors);
     a directory without one is refused by name (tests/test_cli_errors.py)."""
     from tezip.cli import main
-    from tezip.models_path import default_model_path
+    from tezip.learned.model import ModelConfig, init_params, to_bytes
 
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "model.safetensors").write_bytes(default_model_path().read_bytes())
+    cfg = ModelConfig(A.shape[3] if A.ndim == 4 else 1, (4,))
+    (tmp_path / "run" / "model.safetensors").write_bytes(to_bytes(cfg, init_params(cfg)))
     np.save(tmp_path / "a.npy", A)
     assert main(["compress", str(tmp_path / "a.npy"), str(tmp_path / "a.tez"), "--mode", "abs",
-                 "--bound", "0.1", "--predictor", "prednet", "--model",
+                 "--bound", "0.1", "--predictor", "learned", "--model",
                  str(tmp_path / "run")]) == 0
     assert main(["decompress", str(tmp_path / "a.tez"), str(tmp_path / "b.npy"), "--model",
                  str(tmp_path / "run")]) == 0

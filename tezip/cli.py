@@ -114,8 +114,17 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--bound", type=float, help="error bound (see --mode)")
 @click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
 @click.option("--predictor", default="auto", show_default=True,
-              help="auto (per window, the predictor and settings that code it smallest), "
-                   "classical, or one of: " + ", ".join(predictors.CLASSICAL_CANDIDATES))
+              help="auto (per window, the predictor and settings that code it smallest, the "
+                   "learned one included where a model is at hand), classical, learned, or "
+                   "one of: " + ", ".join(predictors.CLASSICAL_CANDIDATES))
+@click.option("--adapt", is_flag=True,
+              help="fit the learned forecaster to this data (needs PyTorch) and store it in "
+                   "the output, which then decodes anywhere")
+@click.option("--adapt-seconds", default=30.0, show_default=True, type=float,
+              help="time budget of --adapt")
+@click.option("--min-decode-mbps", type=float,
+              help="use the learned predictor only where decoding it runs at least this fast "
+                   "(MB/s, one core; default 5)")
 @click.option("--threads", type=click.IntRange(min=1),
               help="windows coded in parallel (default: one thread per CPU)")
 @click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
@@ -133,7 +142,8 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--force", is_flag=True, help="overwrite OUTPUT if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def compress(input: Path, output: Path, mode: str | None, bound: float | None,
-             rel_bound: float | None, predictor: str, threads: int | None, window: int,
+             rel_bound: float | None, predictor: str, adapt: bool, adapt_seconds: float,
+             min_decode_mbps: float | None, threads: int | None, window: int,
              threshold: float | None,
              dataset: str | None, fmt: str | None, model: Path | None, data_only: bool,
              force: bool, as_json: bool) -> None:
@@ -153,7 +163,8 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
     if mode != "absrel" and rel_bound is not None:
         raise OptionError("--rel-bound is only for --mode absrel")
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
-                   model=_model(model), threshold=threshold, threads=threads)
+                   model=_model(model), threshold=threshold, threads=threads, adapt=adapt,
+                   adapt_seconds=adapt_seconds, min_decode_mbps=min_decode_mbps)
     check_target(output, force=force)       # before reading anything
     suffix = output.suffix.lower()
     if suffix not in (".tez", *_HDF5_SUFFIXES):
@@ -222,13 +233,20 @@ def info(file: Path, as_json: bool) -> None:
         h = f.header
         raw = math.prod(f.shape) * f.dtype.itemsize
         used: dict[str, int] = {}
-        for i in range(f.n_windows):
+        seconds = 0.0                       # expected decoding time on one core
+        for i, (t0, t1) in enumerate(f.window_frames()):
             name = f.window_meta(i)["p"]
             used[name] = used.get(name, 0) + 1
+            seconds += (t1 - t0) * math.prod(f.shape[1:]) * f.dtype.itemsize / 1e6 \
+                / _decode_mbps(name, h.get("model"), f)
+        model = h.get("model")
+        if isinstance(model, dict):
+            model = {**model, "stored_in_file": f.model_stored}
         out = {"file": str(file), "format_version": h["format_version"],
                "written_by": h.get("tezip"), "shape": list(f.shape), "dtype": f.dtype.name,
                "bound": h["bound"], "quantizer": h["quant"], "predictor": h["predictor"],
                "window": f.window, "windows": f.n_windows, "window_predictors": used,
+               "model": model, "expected_decode_mb_per_s": raw / 1e6 / seconds if seconds else None,
                "raw_bytes": raw, "compressed_bytes": f.compressed_bytes,
                "ratio": raw / f.compressed_bytes, "value_range": h.get("value_range"),
                "metadata": _public_metadata(f.metadata)}
@@ -246,6 +264,18 @@ def info(file: Path, as_json: bool) -> None:
         f"windows    {f.n_windows} of up to {f.window} frames; predictors "
         + ", ".join(f"{k} x{v}" for k, v in sorted(used.items())),
     ]
+    if isinstance(model, dict):
+        if "learned" not in used:
+            where = "not used by any window, not stored"
+        elif model["stored_in_file"]:
+            where = "stored in the file"
+        else:
+            where = "named only (a shipped model, or give it with --model)"
+        lines.append(f"model      {model['hash'][:16]}: {model.get('params')} parameters, "
+                     f"{model.get('macs_per_pixel', 0):.0f} multiply-adds per pixel; {where}")
+    if out["expected_decode_mb_per_s"]:
+        lines.append(f"decoding   about {out['expected_decode_mb_per_s']:.0f} MB/s per core "
+                     "(an estimate from the predictors used)")
     if f.metadata.get("source"):
         lines.append(f"source     {f.metadata['source']}")
     tree = out["metadata"].get(hdf5_tree.KEY)
@@ -253,6 +283,16 @@ def info(file: Path, as_json: bool) -> None:
         lines.append(f"hdf5 file  rest of the file kept ({_mb(tree['skeleton_bytes'])}); "
                      f"stack at {tree.get('path')}")
     click.echo("\n".join(lines))
+
+
+def _decode_mbps(name: str, model: Any, f: Any) -> float:
+    from .codec import classical_decode_mbps, learned_decode_mbps
+
+    if name == "learned" and isinstance(model, dict):
+        channels = f.shape[3] if len(f.shape) == 4 else 1
+        return learned_decode_mbps(float(model.get("macs_per_pixel") or 0), channels,
+                                   f.dtype.itemsize)
+    return classical_decode_mbps(f.dtype.itemsize)
 
 
 _HDF5_SUFFIXES = (".h5", ".hdf5", ".nxs", ".hdf")

@@ -42,12 +42,23 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# the learned predictor codes a window only if its expected decoding speed (per core,
+# ``learned_decode_mbps``) reaches this floor, unless the caller sets another
+DEFAULT_MIN_DECODE_MBPS = 5.0
+CLASSICAL_NS_PER_VALUE = 15.0     # decoding cost of the classical predictors (estimate)
+NN_MACS_PER_S = 12e9              # float32 multiply-adds per second of one core (estimate)
+
+
 @dataclass(frozen=True)
 class Options:
-    """Codec options: the error bound; the predictor ('auto' and 'classical': the
-    classical predictors, ranked per window; or a registered name); the window length in
-    frames (SWP), or with ``threshold`` the maximum length of dynamic windows (DWP, see
-    ``windows.dynamic_windows``); worker threads (None: one per CPU)."""
+    """Codec options: the error bound; the predictor ('auto': per window the candidate
+    that codes it smallest, the learned one included where a model is available and fast
+    enough; 'classical': the classical ones; or one name); the window length in frames
+    (SWP), or with ``threshold`` the maximum length of dynamic windows (DWP, see
+    ``windows.dynamic_windows``); the learned model: a model file, or ``adapt`` to fit one
+    to the data within ``adapt_seconds`` (stored in the file), else the shipped default;
+    ``min_decode_mbps``: the decoding speed (MB/s per core) below which the learned
+    predictor is not used; worker threads (None: one per CPU)."""
 
     bound: ErrorBound
     predictor: str = "auto"
@@ -55,13 +66,16 @@ class Options:
     model: str | None = None
     threshold: float | None = None
     threads: int | None = None
+    adapt: bool = False
+    adapt_seconds: float = 30.0
+    min_decode_mbps: float | None = None
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not (self.threshold > 0 and
                                                math.isfinite(self.threshold)):
             raise OptionError(f"threshold must be a positive fraction of the value range, "
                               f"got {self.threshold}")
-        allowed = ("auto", "classical", *predictors.CLASSICAL_CANDIDATES)
+        allowed = ("auto", "classical", *predictors.CLASSICAL_CANDIDATES, "learned")
         if self.predictor not in allowed:
             raise OptionError(f"unknown predictor '{self.predictor}'; choose one of "
                               f"{', '.join(allowed)}")
@@ -69,14 +83,41 @@ class Options:
             raise OptionError(f"window must be a positive number of frames, got {self.window}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise OptionError(f"threads must be a positive number, got {self.threads}")
+        if self.adapt and self.predictor not in ("auto", "learned"):
+            raise OptionError(f"--adapt fits a learned predictor; it does not go with "
+                              f"--predictor {self.predictor}")
+        if self.adapt and self.model is not None:
+            raise OptionError("--adapt fits a new model; it does not go with --model")
+        if not (self.adapt_seconds > 0 and math.isfinite(self.adapt_seconds)):
+            raise OptionError(f"adapt seconds must be positive, got {self.adapt_seconds}")
+        if self.min_decode_mbps is not None and not self.min_decode_mbps >= 0:
+            raise OptionError(f"min decode MB/s must be >= 0, got {self.min_decode_mbps}")
 
-    def candidates(self) -> tuple[str, ...]:
-        if self.predictor in ("auto", "classical"):
+    def candidates(self, learned: bool = False) -> tuple[str, ...]:
+        """The predictors to try (``learned``: a model is at hand)."""
+        if self.predictor == "classical":
             return predictors.CLASSICAL_CANDIDATES
+        if self.predictor == "auto":
+            return predictors.CLASSICAL_CANDIDATES + (("learned",) if learned else ())
         return (self.predictor,)
 
     def n_threads(self) -> int:
         return self.threads or default_threads()
+
+    def floor(self) -> float:
+        return DEFAULT_MIN_DECODE_MBPS if self.min_decode_mbps is None else self.min_decode_mbps
+
+
+def learned_decode_mbps(macs_per_pixel: float, channels: int, itemsize: int) -> float:
+    """Expected decoding speed (MB/s, one core) of the learned predictor with a model of
+    this cost: the network's multiply-adds plus the spatial stage."""
+    seconds_per_value = macs_per_pixel / max(channels, 1) / NN_MACS_PER_S \
+        + CLASSICAL_NS_PER_VALUE * 1e-9
+    return itemsize / seconds_per_value / 1e6
+
+
+def classical_decode_mbps(itemsize: int) -> float:
+    return itemsize / (CLASSICAL_NS_PER_VALUE * 1e-9) / 1e6
 
 
 # ---------------------------------------------------------------------------------------
@@ -174,47 +215,127 @@ def _fp_quiet(fn: Callable) -> Callable:
     return quiet
 
 
-@_fp_quiet
+def _coded_size(coded: predictors.Coded) -> int:
+    from . import entropy
+
+    st = entropy.encode(coded.codes, coded.ctx, coded.n_ctx, coded.groups, coded.has_outliers)
+    return len(st.model) + len(st.words) + len(st.low) + 8 * coded.outliers.size
+
+
+_CROP = 64                  # the learned predictor's trial: a central crop of the window
+_TRIAL_MARGIN = 0.97        # ... where it must code at most this fraction of the classical
+
+
+def _learned_worth_trying(x: np.ndarray, quant: Quantizer, learned: Any, name: str,
+                          cfg: dict) -> bool:
+    """On a central crop of the window (every frame): does the learned predictor code
+    it smaller than the classical choice?"""
+    h, w = x.shape[1:3]
+    y0, x0 = max(0, (h - _CROP) // 2), max(0, (w - _CROP) // 2)
+    crop = np.ascontiguousarray(x[:, y0:y0 + _CROP, x0:x0 + _CROP])
+    lc = learned.encode(crop, quant, learned.configs(crop, quant)[0], sign_map(crop, quant))
+    cc = predictors.get(name).encode(crop, quant, cfg, sign_map(crop, quant), sample=True)
+    return _estimate(lc, x.itemsize) < _TRIAL_MARGIN * _estimate(cc, x.itemsize)
+
+
+@dataclass
+class Encoded:
+    """A coded window: its payload and predictor, and when the learned predictor won,
+    the classical alternative (the writer may prefer it while the model has not paid
+    for its own bytes)."""
+
+    payload: bytes
+    predictor: str
+    alternative: tuple[bytes, str] | None = None
+
+
 def encode_window(x: np.ndarray, qp: QuantParams,
-                  candidates: tuple[str, ...] = predictors.CLASSICAL_CANDIDATES
-                  ) -> tuple[bytes, str]:
-    """Frames ``x`` (native dtype) -> window payload; returns (payload, predictor used)."""
-    from . import entropy, payload
+                  candidates: tuple[str, ...] = predictors.CLASSICAL_CANDIDATES,
+                  learned: Any = None, thorough: bool = False) -> tuple[bytes, str]:
+    """Frames ``x`` (native dtype) -> (window payload, predictor used). ``learned``: the
+    learned predictor (``predictors.learned.for_model``) when "learned" is a candidate;
+    ``thorough``: code the window with it in full whenever it can run (else only where a
+    trial on a crop says it pays)."""
+    e = encode_window_alternatives(x, qp, candidates, learned, thorough)
+    return e.payload, e.predictor
+
+
+@_fp_quiet
+def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
+                               candidates: tuple[str, ...] = predictors.CLASSICAL_CANDIDATES,
+                               learned: Any = None, thorough: bool = False) -> Encoded:
+    """``encode_window``, keeping the classical alternative of a learned window."""
     from .predictors.lossless import ordered
 
     x = np.ascontiguousarray(x)
     quant = quantizer(qp)
-    sections: dict[str, bytes] = {}
+    use_learned = ("learned" in candidates and learned is not None
+                   and learned.supports(x.shape, quant))
+    if "learned" in candidates and not use_learned and len(candidates) == 1:
+        raise OptionError(_learned_refusal(x, quant, learned))
     if qp.kind == "bits":
         pred = predictors.get("bits")
         q = ordered(x)
         sample = sample_tiles(q)
         cfg = min(pred.configs(q), key=lambda c: _estimate(pred.encode(sample, c), 8))
         coded = pred.encode(q, cfg)
-        name, out = "bits", x
-    else:
-        name, cfg = choose(x, quant, candidates)
-        pred = predictors.get(name)
-        coded = pred.encode(x, quant, cfg, sign_map(x, quant))
-        out = coded.out
-        if coded.outliers.size:
-            sections["outliers"] = x.reshape(-1)[coded.outliers].astype(
-                x.dtype.newbyteorder("<")).tobytes()
-        if quant.mode == MODE_LOG:
-            sections["masks"] = _masks_bytes(x)
+        return Encoded(_pack(x, quant, coded, "bits", x), "bits")
+    classical = tuple(c for c in candidates if c != "learned")
+    coded = None
+    if classical:
+        name, cfg = choose(x, quant, classical)
+        coded = predictors.get(name).encode(x, quant, cfg, sign_map(x, quant))
+    if use_learned and (not classical or thorough
+                        or _learned_worth_trying(x, quant, learned, name, cfg)):
+        lcoded = learned.encode(x, quant, learned.configs(x, quant)[0], sign_map(x, quant))
+        ldata = _pack(x, quant, lcoded, "learned", lcoded.out)
+        if coded is None:
+            return Encoded(ldata, "learned")
+        cdata = _pack(x, quant, coded, name, coded.out)
+        if len(ldata) < len(cdata):
+            return Encoded(ldata, "learned", (cdata, name))
+        return Encoded(cdata, name)
+    assert coded is not None
+    return Encoded(_pack(x, quant, coded, name, coded.out), name)
+
+
+def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
+          out: np.ndarray) -> bytes:
+    """Entropy-code a coded window and pack its payload."""
+    from . import entropy, payload
+
+    sections: dict[str, bytes] = {}
+    if coded.outliers.size:
+        sections["outliers"] = x.reshape(-1)[coded.outliers].astype(
+            x.dtype.newbyteorder("<")).tobytes()
+    if quant.mode == MODE_LOG:
+        sections["masks"] = _masks_bytes(x)
     streams = entropy.encode(coded.codes, coded.ctx, coded.n_ctx, coded.groups,
                              coded.has_outliers)
     sections.update(model=streams.model, words=streams.words, low=streams.low)
     meta = {"p": name, "cfg": coded.config, "n": int(x.shape[0]),
             "o": int(coded.outliers.size), "c": window_crc(out), **coded.extra}
-    return payload.pack(meta, sections), name
+    return payload.pack(meta, sections)
+
+
+def _learned_refusal(x: np.ndarray, quant: Quantizer, learned: Any) -> str:
+    if learned is None:
+        return ("--predictor learned needs a model: --adapt (fit one to the data), --model "
+                "FILE, or the shipped default (not found in this installation)")
+    if quant.mode not in (0, 1):
+        return ("the learned predictor codes absolute and relative bounds and lossless "
+                "integers, not this mode; use --predictor auto or classical")
+    channels = x.shape[3] if x.ndim == 4 else 1
+    return (f"the model forecasts {learned.model.channels}-channel frames but the data have "
+            f"{channels}; fit one with --adapt or 'tezip train', or use --predictor classical")
 
 
 @_fp_quiet
 def decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
-                  frames: int) -> np.ndarray:
-    """Inverse of ``encode_window``; any inconsistency -> CorruptFileError, a result that
-    differs from the encoder's -> DecodeMismatchError."""
+                  frames: int, learned: Any = None) -> np.ndarray:
+    """Inverse of ``encode_window`` (``learned``: the predictor of the file's model, if
+    it has one); any inconsistency -> CorruptFileError, a result that differs from the
+    encoder's -> DecodeMismatchError."""
     from . import entropy, payload
     from .predictors.lossless import from_ordered
 
@@ -232,9 +353,15 @@ def decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
         raise CorruptFileError("bad window metadata") from None
     if n_frames != frames or not 0 <= n_out <= n or not isinstance(cfg, dict):
         raise CorruptFileError("window metadata does not match the index")
-    if name not in predictors.names() or (name == "bits") != (qp.kind == "bits"):
+    if name == "learned":
+        if learned is None:
+            raise CorruptFileError("window uses a learned predictor but the file names no "
+                                   "model")
+        pred = learned
+    elif name not in predictors.names() or (name == "bits") != (qp.kind == "bits"):
         raise CorruptFileError(f"window uses unknown predictor '{name}'")
-    pred = predictors.get(name)
+    else:
+        pred = predictors.get(name)
     cfg = pred.validate(cfg, shape)
     quant = quantizer(qp)
     tables = entropy.tables(entropy.Streams(p.sections["model"], p.sections["words"],
@@ -256,7 +383,7 @@ def decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
             raise CorruptFileError("unexpected mask section")
         else:
             sgn = np.zeros(1, np.int8)
-        out, pos = pred.decode(shape, quant, cfg, tables, vals, sgn)
+        out, pos = pred.decode(shape, quant, cfg, tables, vals, sgn, meta)
         tables.check_end()
         if pos.size != n_out:
             raise CorruptFileError("outlier count does not match the stream")
@@ -333,8 +460,67 @@ class Stats:
         return self.raw_bytes / self.compressed_bytes if self.compressed_bytes else math.inf
 
 
+def model_record(model: Any) -> dict:
+    """The header's record of the learned model: content hash and cost (whether the file
+    stores it, after its windows, only the footer says: the writer decides at the end)."""
+    cfg = model.config
+    return {"hash": model.hash, "params": cfg.n_params(),
+            "macs_per_pixel": cfg.macs_per_pixel(), "channels": cfg.channels}
+
+
+ADAPT_MAX_VALUES = 1 << 25        # --adapt trains on at most this many values of the stack
+
+
+def resolve_model(stack: Any, options: Options, qp: QuantParams,
+                  progress: Callable[[str], None] | None = None) -> tuple[Any, bool]:
+    """(model or None, embed it?) for ``options``: fitted to ``stack`` (``adapt``), read
+    from ``options.model``, or the shipped default; None when only classical predictors
+    run."""
+    from .learned import registry
+
+    if options.predictor not in ("auto", "learned") or qp.kind in ("bits", "log"):
+        if options.predictor == "learned":
+            raise OptionError("the learned predictor codes absolute and relative bounds and "
+                              "lossless integers, not this mode")
+        return None, False
+    if options.adapt:
+        return adapt_model(stack, qp, options.adapt_seconds, progress), True
+    if options.model is not None:
+        m = registry.from_file(options.model)
+        return m, not registry.is_shipped(m.hash)
+    return registry.default(), False
+
+
+def adapt_model(stack: Any, qp: QuantParams, seconds: float,
+                progress: Callable[[str], None] | None = None) -> Any:
+    """Fit a forecaster to ``stack`` (torch; the shipped model as the starting point when
+    it has the same shape, else from scratch)."""
+    try:
+        from .learned import adapt
+    except ImportError as exc:
+        raise OptionError(f"--adapt trains a model and needs PyTorch ({exc.name} is not "
+                          "installed): pip install torch") from None
+    from .learned import registry
+    from .learned.model import ModelConfig
+
+    shape = tuple(int(s) for s in stack.shape)
+    channels = shape[3] if len(shape) == 4 else 1
+    t = max(2, min(shape[0], ADAPT_MAX_VALUES // max(1, math.prod(shape[1:]))))
+    data = stack.read(0, t)
+    init = registry.default()
+    cfg = init.config if init is not None and init.config.channels == channels else \
+        ModelConfig(channels=channels)
+    if init is not None and init.config != cfg:
+        init = None
+    eb = qp.eb if qp.kind in ("float", "int") else 0.5
+    if progress:
+        progress(f"fitting the forecaster to the data ({seconds:.0f} s)")
+    return registry.remember(adapt.fit([data], [eb], cfg, adapt.AdaptConfig(seconds=seconds),
+                                       init=init))
+
+
 def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[float, float],
-                 window: int) -> dict:
+                 window: int, model: dict | None = None) -> dict:
     b = options.bound
     return {
         "format": "tez", "format_version": FORMAT_VERSION, "tezip": __version__,
@@ -342,7 +528,7 @@ def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[fl
         "bound": {"mode": b.mode, "abs": b.abs, "rel": b.rel, "pw": b.pw},
         "quant": qp.to_dict(), "predictor": options.predictor, "window": window,
         "windows": ("dynamic" if options.threshold else "fixed"),
-        "threshold": options.threshold, "model": None,
+        "threshold": options.threshold, "model": model,
         "value_range": list(vrange), "metadata": getattr(stack, "metadata", {}) or {},
     }
 
@@ -385,9 +571,24 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
             vrange = value_range(stack)
     qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
     wlen = window_length(options.window, math.prod(shape[1:]))
-    header = build_header(stack, options, qp, vrange, wlen)
-    candidates = options.candidates()
+    model, embed = resolve_model(stack, options, qp)
+    learned = None
+    if model is not None:
+        from .predictors.learned import for_model
+
+        channels = shape[3] if len(shape) == 4 else 1
+        fast = learned_decode_mbps(model.config.macs_per_pixel(), channels,
+                                   dtype.itemsize) >= options.floor()
+        if fast or options.predictor == "learned":
+            learned = for_model(model)
+    if options.predictor == "learned" and model is None:
+        raise OptionError(_learned_refusal(np.zeros((2, 1, 1), dtype), quantizer(qp), None))
+    header = build_header(stack, options, qp, vrange, wlen,
+                          model_record(model) if learned is not None else None)
+    candidates = options.candidates(learned is not None)
+    thorough = options.adapt or options.predictor == "learned"
     stats = Stats(raw_bytes=math.prod(shape) * dtype.itemsize)
+    model_paid = learned is None or not embed      # a stored model must pay for itself
     with ContainerWriter(out, header, force=force, fileobj=fileobj) as w:
         if options.threshold:
             scale = vrange[1] - vrange[0]
@@ -399,17 +600,24 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
             plan = fixed_windows(shape[0], wlen)
         frames = ((t0, t1, stack.read(t0, t1)) for t0, t1 in plan)
 
-        def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, bytes, str]:
+        def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, Encoded]:
             t0, t1, x = item
-            data, used = encode_window(x, qp, candidates)
-            return t0, t1, data, used
+            return t0, t1, encode_window_alternatives(x, qp, candidates, learned, thorough)
 
-        for t0, t1, data, used in _ordered_map(work, frames, options.n_threads()):
+        for t0, t1, enc in _ordered_map(work, frames, options.n_threads()):
+            data, used = enc.payload, enc.predictor
+            if enc.alternative is not None and not model_paid:
+                # the first learned window must save at least the model's bytes
+                if len(enc.alternative[0]) - len(data) >= len(model.data):
+                    model_paid = True
+                else:
+                    data, used = enc.alternative
             w.add_window(t0, t1 - t0, data)
             stats.predictors[used] = stats.predictors.get(used, 0) + 1
             stats.windows += 1
             if progress:
                 progress(t1 - t0)
+        w.close(model.data if embed and "learned" in stats.predictors else None)
     stats.compressed_bytes = w.bytes_written
     return stats
 
@@ -466,10 +674,46 @@ class TezFile:
                                     and _SHA256.fullmatch(self.model_hash)):
             raise bad      # a learned window would name this hash in its messages
         self._starts = np.array([e.t0 for e in entries], np.int64)
+        self._learned: Any = None
+        self._learned_error: Exception | None = None
+        if self.version >= 2 and self.model_hash is not None:
+            self._resolve_learned()
+
+    def _resolve_learned(self) -> None:
+        """The file's model: embedded, shipped (by hash), or the one given as ``model``."""
+        from .learned import registry
+        from .predictors.learned import for_model
+
+        h = self.model_hash
+        if self._c.model_bytes is not None:
+            m = registry.from_embedded(self._c.model_bytes, f"{self._c.name}: embedded model")
+            if m.hash != h:
+                raise CorruptFileError(f"{self._c.name}: the embedded model is not the one the "
+                                       "header names; the file is damaged")
+        else:
+            m = registry.by_hash(h)
+            if m is None and self.model is not None:
+                m = registry.from_file(self.model)
+                if m.hash != h:
+                    raise DecodeMismatchError(
+                        f"{self._c.name} was coded with model {h[:16]}, but {self.model} is "
+                        f"{m.hash[:16]}; pass the encoder's model with --model")
+            if m is None:
+                # only learned windows need it: report when one is decoded
+                self._learned_error = OptionError(
+                    f"{self._c.name} was coded with a learned model ({h[:16]}) that is "
+                    "neither in the file nor shipped with this tezip; pass it with --model")
+                return
+        self._learned = for_model(m)
 
     @property
     def n_windows(self) -> int:
         return len(self._c.entries)
+
+    @property
+    def model_stored(self) -> bool:
+        """Whether the file stores the learned model its windows use."""
+        return self._c.model_bytes is not None
 
     @property
     def compressed_bytes(self) -> int:
@@ -496,7 +740,10 @@ class TezFile:
 
                 return v1.decode_window(data, self.quant, self.shape[1:], e.frames,
                                         self.model, self.model_hash)
-            return decode_window(data, self.quant, self.shape[1:], e.frames)
+            if self._learned is None and self._learned_error is not None \
+                    and b'"p":"learned"' in data[:4096]:
+                raise self._learned_error
+            return decode_window(data, self.quant, self.shape[1:], e.frames, self._learned)
         except CorruptFileError as exc:
             if str(exc).startswith(self._c.name):
                 raise

@@ -4,8 +4,15 @@ Layout (little-endian)::
 
     magic (8) | u16 format version | u32 header length | header (UTF-8 JSON) | u32 crc32
     window payloads, back to back
+    [v2: the learned model the windows use, if it is stored in the file]
     index: per window  u64 offset | u64 length | u32 first frame | u32 frames | u32 crc32
-    footer: u64 index offset | u32 windows | u32 index crc32 | b"TEZINDEX" | u32 crc32
+    footer v1: u64 index offset | u32 windows | u32 index crc32 | b"TEZINDEX" | u32 crc32
+    footer v2: u64 index offset | u32 windows | u32 index crc32 | u64 model offset |
+               u32 model length | u32 model crc32 | b"TEZINDX2" | u32 crc32
+
+The model is written after the windows, and only if a window uses it (the encoder
+decides per window), so the header names the model by hash but cannot say whether the
+file stores it: the footer does.
 
 Every byte of the file is covered by a checksum or a structural check, so any flipped byte
 or truncation is reported as ``CorruptFileError``. The writer refuses to write what the
@@ -38,8 +45,11 @@ _CRC = struct.Struct("<I")
 _ENTRY = struct.Struct("<QQIII")
 _FOOT = struct.Struct("<QII8sI")
 _FOOT_MAGIC = b"TEZINDEX"
+_FOOT2 = struct.Struct("<QIIQII8sI")
+_FOOT2_MAGIC = b"TEZINDX2"
 MAX_HEADER = 16 << 20             # header bytes a reader accepts
 MAX_FRAMES = 2**31                # largest extent of any axis a reader accepts
+MAX_MODEL = 8 << 20               # embedded model bytes a reader accepts
 _SHA256 = re.compile("[0-9a-f]{64}")
 
 
@@ -145,7 +155,8 @@ class ContainerWriter:
     that, for tests that craft damaged files on purpose."""
 
     def __init__(self, path: str | os.PathLike | None, header: dict, *, force: bool = False,
-                 fileobj: BinaryIO | None = None, check: bool = True) -> None:
+                 fileobj: BinaryIO | None = None, check: bool = True,
+                 version: int = FORMAT_VERSION) -> None:
         self.path = Path(path) if path is not None else None
         self._check = check
         if check:
@@ -166,12 +177,14 @@ class ContainerWriter:
             except OSError as exc:
                 raise OutputError(f"cannot create {self.path}: {reason(exc)}") from exc
             self._f = os.fdopen(fd, "wb")
-        pre = _PRE.pack(MAGIC, FORMAT_VERSION, len(body)) + body
+        self._version = version         # another version only to craft test files
+        pre = _PRE.pack(MAGIC, version, len(body)) + body
         self._write(pre + _CRC.pack(crc32(pre)))
         self._pos = len(pre) + _CRC.size
         self.entries: list[WindowEntry] = []
         self.bytes_written = self._pos
         self._t = 0
+        self._closed = False
 
     def _write(self, data: bytes) -> None:
         try:
@@ -194,16 +207,31 @@ class ContainerWriter:
         self._t += frames
         self.bytes_written = self._pos
 
-    def close(self) -> None:
+    def close(self, model: bytes | None = None) -> None:
+        """Finish the file; ``model``: the learned model's bytes, stored after the
+        windows (when a window uses it and it is not a shipped one)."""
         if self._check and self._t != self._frames:
             self.abort()
             raise OutputError(f"only {self._t} of {self._frames} frames were written; "
                               f"{self.path or 'the stream'} discarded")
+        model = model or b""
+        if len(model) > MAX_MODEL:
+            self.abort()
+            raise OptionError(f"the model takes {len(model)} bytes; a .tez file may store at "
+                              f"most {MAX_MODEL}")
+        model_off = self._pos
+        self._write(model)
+        self._pos += len(model)
         index = b"".join(_ENTRY.pack(e.offset, e.length, e.t0, e.frames, e.crc)
                          for e in self.entries)
-        foot = struct.pack("<QII8s", self._pos, len(self.entries), crc32(index), _FOOT_MAGIC)
+        if self._version >= 2:
+            foot = _FOOT2.pack(self._pos, len(self.entries), crc32(index), model_off,
+                               len(model), crc32(model), _FOOT2_MAGIC, 0)[:-_CRC.size]
+        else:
+            foot = _FOOT.pack(self._pos, len(self.entries), crc32(index), _FOOT_MAGIC,
+                              0)[:-_CRC.size]
         self._write(index + foot + _CRC.pack(crc32(foot)))
-        self.bytes_written = self._pos + len(index) + _FOOT.size
+        self.bytes_written = self._pos + len(index) + len(foot) + _CRC.size
         if self._out is not None:
             try:
                 self._f.close()         # flushes; AtomicOutput.commit fsyncs and renames
@@ -212,8 +240,10 @@ class ContainerWriter:
                 raise OutputError(f"cannot write {self.path}: {reason(exc)}") from exc
             self._out.commit()
             self._out = None
+        self._closed = True
 
     def abort(self) -> None:
+        self._closed = True
         if self._out is not None:
             with contextlib.suppress(OSError):
                 self._f.close()
@@ -225,7 +255,8 @@ class ContainerWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
-            self.close()
+            if not self._closed:
+                self.close()
         else:
             self.abort()
 
@@ -281,6 +312,7 @@ class ContainerReader:
             raise InputError(f"{self.name} is not a .tez file")
         if hlen > MAX_HEADER or _PRE.size + hlen + _CRC.size + _FOOT.size > size:
             raise self._bad("bad header length")
+        # (the v2 footer is longer: checked once the version is known)
         pre = self._read(0, _PRE.size + hlen)
         (hcrc,) = _CRC.unpack(self._read(_PRE.size + hlen, _CRC.size))
         if hcrc != crc32(pre):
@@ -300,13 +332,32 @@ class ContainerReader:
             raise self._bad("header is not a JSON object")
         self.header: dict = header
         data_start = _PRE.size + hlen + _CRC.size
-        foot = self._read(size - _FOOT.size, _FOOT.size)
-        index_off, n, index_crc, fmagic, fcrc = _FOOT.unpack(foot)
-        if fmagic != _FOOT_MAGIC or fcrc != crc32(foot[:-_CRC.size]):
+        self.model_bytes: bytes | None = None
+        if version >= 2:
+            fsize, fstruct, fmagic_want = _FOOT2.size, _FOOT2, _FOOT2_MAGIC
+        else:
+            fsize, fstruct, fmagic_want = _FOOT.size, _FOOT, _FOOT_MAGIC
+        if size < data_start + fsize:
+            raise self._bad("file too short")
+        foot = self._read(size - fsize, fsize)
+        if version >= 2:
+            index_off, n, index_crc, model_off, model_len, model_crc, fmagic, fcrc = \
+                fstruct.unpack(foot)
+        else:
+            index_off, n, index_crc, fmagic, fcrc = fstruct.unpack(foot)
+            model_off, model_len, model_crc = index_off, 0, 0
+        if fmagic != fmagic_want or fcrc != crc32(foot[:-_CRC.size]):
             raise self._bad("footer damaged or missing")
         index_len = n * _ENTRY.size
-        if index_off < data_start or index_off + index_len + _FOOT.size != size:
+        if index_off < data_start or index_off + index_len + fsize != size:
             raise self._bad("window index out of place")
+        if model_len > MAX_MODEL or model_off + model_len != index_off or model_off < data_start:
+            raise self._bad("model section out of place")
+        if model_len:
+            blob = self._read(model_off, model_len)
+            if crc32(blob) != model_crc:
+                raise self._bad("model checksum mismatch")
+            self.model_bytes = blob
         index = self._read(index_off, index_len)
         if crc32(index) != index_crc:
             raise self._bad("window index checksum mismatch")
@@ -317,7 +368,7 @@ class ContainerReader:
                 raise self._bad("window index inconsistent")
             pos += e.length
             t += e.frames
-        if pos != index_off:
+        if pos != model_off:
             raise self._bad("window index inconsistent")
         self.entries = entries
         self.size = size

@@ -22,9 +22,10 @@ import zlib
 import numpy as np
 import torch
 
-from ..models import LoadedModel, PredNet, default_model_path, load_model
+from ..models_path import v1_model_path
 from .classical_v1 import GridPrevious, Interpolation, Interpolation2D, Take, _frame_context
 from .entropy_v1 import N_BUCKETS
+from .models_v1 import LoadedModel, PredNet, load_model
 from .quant_v1 import ValueGrid
 
 SNAP = 64.0
@@ -87,7 +88,7 @@ class PredNetPredictor:
     spatial = False
 
     def __init__(self, model: str | None = None) -> None:
-        path = str(model or default_model_path())
+        path = str(model or v1_model_path())
         with _LOCK:
             if path not in _MODELS:
                 _MODELS[path] = load_model(path)

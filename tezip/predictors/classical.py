@@ -105,7 +105,8 @@ class _Kernel(ValuePredictor):
         return Coded(config, codes[:nn], ctx[:nn], flat, rec, self.n_ctx, self.groups)
 
     def decode(self, shape: tuple[int, ...], quant: Quantizer, config: dict, tables: Any,
-               outlier_values: np.ndarray, sgn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               outlier_values: np.ndarray, sgn: np.ndarray, meta: dict | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         vol = shape[:3]
         nch = shape[3] if len(shape) == 4 else 1
         st = tables.st

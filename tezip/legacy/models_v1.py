@@ -1,6 +1,6 @@
-"""The learned forecaster: a PredNet-style recurrent network (Lotter et al., "Deep predictive
-coding networks for video prediction", arXiv 1605.08104), its weights I/O, content hash and
-the registry of shipped models.
+"""Format v1's learned forecaster (kept so that v1 files decode): a PredNet-style
+recurrent network (Lotter et al., "Deep predictive coding networks for video prediction",
+arXiv 1605.08104), its weights I/O and content hash.
 
 Per layer l: a ConvLSTM representation unit R_l, a prediction unit Â_l = conv(R_l) and an
 error unit E_l = [relu(A_l - Â_l), relu(Â_l - A_l)]; A_0 is the frame, A_{l+1} =
@@ -27,9 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .atomic import atomic_output
-from .errors import InputError
-from .models_path import default_model_path, pretrained_dir  # noqa: F401 (re-exported)
+from ..atomic import atomic_output
+from ..errors import InputError
 
 MODEL_FORMAT = "tezip-prednet/1"
 
