@@ -253,22 +253,47 @@ def _lossless_check(orig: np.ndarray) -> Callable[[np.ndarray], tuple[float, boo
     return check
 
 
+#: seconds ``--adapt`` may spend fitting the forecaster (the ``adapt`` predictor spec)
+ADAPT_SECONDS = 30.0
+
+
+def tezip_spec(spec: str) -> tuple[str, dict, int]:
+    """A tezip row's spec -> (predictor, extra options, threads): ``auto``, ``classical``,
+    ``learned`` or a classical predictor's name; ``adapt`` is auto with ``--adapt``; a
+    suffix ``@N`` runs N threads (default 1: one core per codec, like the others)."""
+    name, _, th = spec.partition("@")
+    threads = int(th) if th else 1
+    if name == "adapt":
+        return "auto", {"adapt": True, "adapt_seconds": ADAPT_SECONDS}, threads
+    return name, {}, threads
+
+
 def _tezip_rows(case: _Case, predictors: Sequence[str]) -> list[Row]:
     a, rows = case.a, []
-    for pred in predictors:
-        codec = "tezip" if pred == "auto" else f"tezip-{pred}"
+    for spec in predictors:
+        pred, extra, threads = tezip_spec(spec)
+        codec = "tezip" if spec == "auto" else f"tezip-{spec}"
         row = _row(case, codec)
         if case.bound is None:
-            def enc(pred: str = pred) -> bytes:
-                return tezip.compress(a, mode="lossless", bound=None, predictor=pred)
+            def enc(pred: str = pred, extra: dict = extra, threads: int = threads) -> bytes:
+                return tezip.compress(a, mode="lossless", bound=None, predictor=pred,
+                                      threads=threads, **extra)
             check = _lossless_check(a)
         else:
-            def enc(pred: str = pred, bound: float = case.bound) -> bytes:
-                return tezip.compress(a, mode="rel", bound=bound, predictor=pred)
+            def enc(pred: str = pred, bound: float = case.bound, extra: dict = extra,
+                    threads: int = threads) -> bytes:
+                return tezip.compress(a, mode="rel", bound=bound, predictor=pred,
+                                      threads=threads, **extra)
             check = _lossy_check(a, case.bound_abs)
             if case.bound_abs == 0:
                 row["note"] = "bound floors to 0 for integers: tezip codes losslessly"
-        rows.append(_measure(row, case, enc, tezip.decompress, len, check))
+        if threads > 1:
+            row["note"] = _join(row["note"], f"{threads} threads")
+
+        def dec(blob: bytes, threads: int = threads) -> np.ndarray:
+            return tezip.decompress(blob, threads=threads)
+
+        rows.append(_measure(row, case, enc, dec, len, check))
     return rows
 
 

@@ -461,7 +461,9 @@ def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float |
 @click.option("--bounds", default="1e-2,1e-3,1e-4,lossless", show_default=True,
               help="comma-separated relative bounds; 'lossless' for lossless")
 @click.option("--predictors", "preds", default="auto", show_default=True,
-              help="comma-separated tezip predictors to measure")
+              help="comma-separated tezip rows: auto, classical, learned, a predictor's name, "
+                   "or adapt (auto with --adapt); a suffix @N runs N threads (default one "
+                   "core, like the other codecs)")
 @click.option("--repeat", default=1, show_default=True, type=int, help="best of N timings")
 @click.option("--codecs", default="all", show_default=True,
               help="comma-separated other codecs: sz3, zfp, sperr, zstd, blosc2, jpegxl, "

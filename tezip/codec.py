@@ -130,23 +130,40 @@ def window_crc(values: np.ndarray) -> int:
 
 
 _TILE = 33                # sample tiles: _TILE x _TILE pixels over every frame of the window
-_SAMPLE_VALUES = 1 << 17  # at least this many values (or the whole window)
-_SAMPLE_FRACTION = 0.03   # and about this fraction of a large window
+_SAMPLE_VALUES = 1 << 14  # the tuning sample: at least this many values (or the window)
+_SAMPLE_FRACTION = 0.06   # and about this fraction of a large window
+_LIGHT_VALUES = 1 << 14   # a window's own check among the finalists: fewer values
+_LIGHT_FRACTION = 0.02
+_SWITCH = 0.97            # a window leaves the stack's best for a finalist 3% better
 
 
-def sample_tiles(x: np.ndarray) -> np.ndarray:
-    """Tiles of the window (every frame, a grid of spatial crops) stacked as channels:
-    (T, tile, tile, k * C). The whole window when it is small."""
+def sample_tiles(x: np.ndarray, light: bool = False) -> np.ndarray:
+    """Tiles of the window (every frame, ``_TILE`` pixels square) stacked as channels:
+    (T, tile, tile, k * C), chosen where the window is most active (largest change in
+    time and space, over a few frames): that is where the bits go, so that is where
+    predictors must be compared. The whole window when it is small. ``light``: the
+    smaller sample a window uses to pick among the finalists of the stack's tuning."""
+    frac = _LIGHT_FRACTION if light else _SAMPLE_FRACTION
+    least = _LIGHT_VALUES if light else _SAMPLE_VALUES
+    tile = _TILE
     t, h, w = x.shape[:3]
-    if x.size <= _SAMPLE_VALUES or h < 2 * _TILE or w < 2 * _TILE:
+    if x.size <= least or h < 2 * tile or w < 2 * tile:
         return x
-    per = t * _TILE * _TILE * (x.shape[3] if x.ndim == 4 else 1)
-    k = max(2, math.ceil(max(_SAMPLE_VALUES, _SAMPLE_FRACTION * x.size) / per))
-    ny = max(1, min(h // _TILE, round(math.sqrt(k * h / w))))
-    nx = max(1, min(w // _TILE, math.ceil(k / ny)))
-    ys = np.linspace(0, h - _TILE, ny).round().astype(int)
-    xs = np.linspace(0, w - _TILE, nx).round().astype(int)
-    tiles = [x[:, y0:y0 + _TILE, x0:x0 + _TILE] for y0 in ys for x0 in xs]
+    ny, nx = h // tile, w // tile
+    per = t * tile * tile * (x.shape[3] if x.ndim == 4 else 1)
+    k = min(ny * nx, max(2, math.ceil(max(least, frac * x.size) / per)))
+    with np.errstate(all="ignore"):
+        f = x[:: max(1, t // 4), :ny * tile, :nx * tile].astype(np.float64)
+        if f.ndim == 4:
+            f = f.mean(axis=3)
+        act = np.abs(np.diff(f, axis=0)).sum(0) if f.shape[0] > 1 else np.zeros(f.shape[1:])
+        act += np.abs(np.diff(f[0], axis=0, prepend=f[0][:1]))
+        act += np.abs(np.diff(f[0], axis=1, prepend=f[0][:, :1]))
+        act = np.nan_to_num(act, nan=0.0, posinf=0.0, neginf=0.0)
+    per_block = act.reshape(ny, tile, nx, tile).sum(axis=(1, 3)).ravel()
+    picks = np.argsort(-per_block, kind="stable")[:k]
+    tiles = [x[:, (b // nx) * tile:(b // nx + 1) * tile, (b % nx) * tile:(b % nx + 1) * tile]
+             for b in sorted(picks.tolist())]
     if x.ndim == 3:
         return np.ascontiguousarray(np.stack(tiles, axis=-1))
     return np.ascontiguousarray(np.concatenate(tiles, axis=-1))
@@ -185,23 +202,54 @@ def _estimate(coded: predictors.Coded, itemsize: int) -> float:
                                  8.0 * itemsize, coded.has_outliers)
 
 
-def choose(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...]) -> tuple[str, dict]:
-    """The predictor and configuration to code window ``x`` with (smallest estimate on a
-    sample of the window)."""
-    if len(candidates) == 1:
-        cfgs = predictors.get(candidates[0]).configs(x, quant)
-        if len(cfgs) == 1:
-            return candidates[0], cfgs[0]
+N_FINALISTS = 3
+
+
+def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...]
+         ) -> list[tuple[str, dict]]:
+    """The configurations worth trying on the windows of a stack, best first: every
+    candidate predictor tuned on a sample of ``x`` (the stack's first window), the
+    ``N_FINALISTS`` best coded in full on ``x`` and ordered by their real size
+    (deterministic: the same whatever the thread count)."""
+    trials: list[tuple[float, int, str, dict]] = []
     sample = sample_tiles(x)
     sgn = sign_map(sample, quant)
-    best = None
     for name in candidates:
-        bits, cfg = predictors.get(name).tune(sample, quant, sgn,
-                                              lambda c: _estimate(c, sample.itemsize))
-        if best is None or bits < best[0]:
-            best = (bits, name, cfg)
-    assert best is not None
-    return best[1], best[2]
+        pred = predictors.get(name)
+        cfgs = pred.configs(x, quant)
+        if len(cfgs) == 1 and len(candidates) == 1:
+            return [(name, cfgs[0])]
+        for bits, cfg in pred.tune(sample, quant, sgn,
+                                   lambda c: _estimate(c, sample.itemsize)):
+            trials.append((bits, len(trials), name, cfg))
+    trials.sort(key=lambda t: t[:2])
+    finalists: list[tuple[str, dict]] = []
+    for _, _, name, cfg in trials:
+        if (name, cfg) not in finalists:
+            finalists.append((name, cfg))
+        if len(finalists) == N_FINALISTS:
+            break
+    sgn = sign_map(x, quant)
+    sizes = [(_coded_size(predictors.get(name).encode(x, quant, cfg, sgn)), i)
+             for i, (name, cfg) in enumerate(finalists)]
+    return [finalists[i] for _, i in sorted(sizes)]
+
+
+def choose(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
+           finalists: list[tuple[str, dict]] | None = None) -> tuple[str, dict]:
+    """The predictor and configuration to code window ``x`` with: the best finalist of
+    the stack's tuning (``tune``; else this window's own), unless a small sample of
+    this window finds another finalist clearly better."""
+    if finalists is None:
+        finalists = tune(x, quant, candidates)
+    if len(finalists) == 1:
+        return finalists[0]
+    sample = sample_tiles(x, light=True)
+    sgn = sign_map(sample, quant)
+    costs = [_estimate(predictors.get(name).encode(sample, quant, cfg, sgn, sample=True),
+                       sample.itemsize) for name, cfg in finalists]
+    best = min(range(len(costs)), key=lambda i: (costs[i], i))
+    return finalists[best] if costs[best] < _SWITCH * costs[0] else finalists[0]
 
 
 def _fp_quiet(fn: Callable) -> Callable:
@@ -251,19 +299,22 @@ class Encoded:
 
 def encode_window(x: np.ndarray, qp: QuantParams,
                   candidates: tuple[str, ...] = predictors.CLASSICAL_CANDIDATES,
-                  learned: Any = None, thorough: bool = False) -> tuple[bytes, str]:
+                  learned: Any = None, thorough: bool = False,
+                  finalists: list[tuple[str, dict]] | None = None) -> tuple[bytes, str]:
     """Frames ``x`` (native dtype) -> (window payload, predictor used). ``learned``: the
     learned predictor (``predictors.learned.for_model``) when "learned" is a candidate;
     ``thorough``: code the window with it in full whenever it can run (else only where a
-    trial on a crop says it pays)."""
-    e = encode_window_alternatives(x, qp, candidates, learned, thorough)
+    trial on a crop says it pays); ``finalists``: the classical configurations the
+    stack's tuning kept (``tune``; None: tune on this window)."""
+    e = encode_window_alternatives(x, qp, candidates, learned, thorough, finalists)
     return e.payload, e.predictor
 
 
 @_fp_quiet
 def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                candidates: tuple[str, ...] = predictors.CLASSICAL_CANDIDATES,
-                               learned: Any = None, thorough: bool = False) -> Encoded:
+                               learned: Any = None, thorough: bool = False,
+                               finalists: list[tuple[str, dict]] | None = None) -> Encoded:
     """``encode_window``, keeping the classical alternative of a learned window."""
     from .predictors.lossless import ordered
 
@@ -283,7 +334,7 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
     classical = tuple(c for c in candidates if c != "learned")
     coded = None
     if classical:
-        name, cfg = choose(x, quant, classical)
+        name, cfg = choose(x, quant, classical, finalists)
         coded = predictors.get(name).encode(x, quant, cfg, sign_map(x, quant))
     if use_learned and (not classical or thorough
                         or _learned_worth_trying(x, quant, learned, name, cfg)):
@@ -598,11 +649,17 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
             plan = dynamic_windows(stack, wlen, options.threshold, scale)
         else:
             plan = fixed_windows(shape[0], wlen)
-        frames = ((t0, t1, stack.read(t0, t1)) for t0, t1 in plan)
+        first = stack.read(*plan[0])
+        frames = ((t0, t1, first if i == 0 else stack.read(t0, t1))
+                  for i, (t0, t1) in enumerate(plan))
+        classical = tuple(c for c in candidates if c != "learned")
+        finalists = tune(np.ascontiguousarray(first), quantizer(qp), classical) \
+            if classical and qp.kind != "bits" else None
 
         def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, Encoded]:
             t0, t1, x = item
-            return t0, t1, encode_window_alternatives(x, qp, candidates, learned, thorough)
+            return t0, t1, encode_window_alternatives(x, qp, candidates, learned, thorough,
+                                                      finalists)
 
         for t0, t1, enc in _ordered_map(work, frames, options.n_threads()):
             data, used = enc.payload, enc.predictor

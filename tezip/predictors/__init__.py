@@ -59,12 +59,12 @@ class ValuePredictor(ABC):
         """Candidate configurations for this window, most likely first."""
 
     def tune(self, sample: np.ndarray, quant: Quantizer, sgn: np.ndarray,
-             cost: Callable[[Coded], float]) -> tuple[float, dict]:
-        """(estimated bits, configuration) of the best configuration on ``sample``; this
-        default tries every one."""
-        return min(((cost(self.encode(sample, quant, c, sgn, sample=True)), i, c)
-                    for i, c in enumerate(self.configs(sample, quant))),
-                   key=lambda t: t[:2])[::2]
+             cost: Callable[[Coded], float]) -> list[tuple[float, dict]]:
+        """(estimated bits, configuration) of the configurations tried on ``sample``,
+        best first; this default tries every one."""
+        tried = [(cost(self.encode(sample, quant, c, sgn, sample=True)), i, c)
+                 for i, c in enumerate(self.configs(sample, quant))]
+        return [(bits, c) for bits, _, c in sorted(tried, key=lambda t: t[:2])]
 
     @abstractmethod
     def validate(self, config: Any, shape: tuple[int, ...]) -> dict:

@@ -142,19 +142,17 @@ class Interpolation(_Kernel):
 
         cfg = {"order": list(ORDERS[0]), "cubic": False, "ab": [1.0, 1.0],
                "anchor": DEFAULT_ANCHOR}
-        best = None
+        tried = []
         for o in ORDERS:
             c = {**cfg, "order": list(o)}
-            bits = trial(c)
-            if best is None or bits < best[0]:
-                best = (bits, c)
-        assert best is not None
+            tried.append((trial(c), len(tried), c))
+        best = min(tried, key=lambda t: t[:2])
         for key, value in [("cubic", True)] + [("ab", list(ab)) for ab in ALPHA_BETA[1:]]:
-            c = {**best[1], key: value}
-            bits = trial(c)
-            if bits < best[0]:
-                best = (bits, c)
-        return best
+            c = {**best[2], key: value}
+            tried.append((trial(c), len(tried), c))
+            if tried[-1][:2] < best[:2]:
+                best = tried[-1]
+        return [(bits, c) for bits, _, c in sorted(tried, key=lambda t: t[:2])]
 
     def validate(self, config, shape):
         try:
