@@ -24,6 +24,7 @@ from tezip.dataset import config, plan, shards
 from tezip.dataset import prepare as prep
 from tezip.errors import InputError, TezipError
 
+REPO = Path(__file__).resolve().parents[1]
 BOUND = 1e-3
 ARGS = ("--bound", str(BOUND), "--shard-size", "0.005", "--quiet")
 
@@ -187,6 +188,26 @@ def test_two_ranks_write_the_same_shards(one_rank):
     assert (root / "ds2" / "manifest.json").read_text() == (ds / "manifest.json").read_text()
 
 
+@needs_mpi
+def test_two_ranks_share_one_large_shard(one_rank, tmp_path):
+    """128 MB shards: each input is one shard of several windows, cut into pieces that
+    both ranks encode (then assembled); the shards are those of one rank."""
+    root, _, _ = one_rank
+    inputs = ["a.npy", "b.npy", "c.h5:/entry/data/data"]
+    args = ("--bound", str(BOUND), "--predictor", "classical", "--quiet", "--json")
+    one = json.loads(run("prepare", *inputs, "--out", tmp_path / "one", *args,
+                         cwd=root).stdout)
+    two = json.loads(run("prepare", *inputs, "--out", tmp_path / "two", *args, cwd=root,
+                         mpi=2).stdout)
+    assert one["shards"] == two["shards"] == 3
+    assert [r["pieces"] for r in one["per_rank"]] == [3]
+    assert all(r["pieces"] >= 2 for r in two["per_rank"])
+    assert sum(r["pieces"] for r in two["per_rank"]) > 3
+    assert shard_digests(tmp_path / "one") == shard_digests(tmp_path / "two")
+    assert (tmp_path / "one" / "manifest.json").read_text() == \
+        (tmp_path / "two" / "manifest.json").read_text()
+
+
 def test_resume_rewrites_only_what_is_missing(one_rank, tmp_path):
     root, ds, _ = one_rank
     work = tmp_path / "w"
@@ -345,3 +366,21 @@ def test_no_mpi_launcher_means_one_rank(monkeypatch):
             monkeypatch.delenv(k)
     monkeypatch.delenv("TEZIP_MPI", raising=False)
     assert isinstance(dcomm.get_comm(), dcomm.SerialComm)
+
+
+def test_mpirun_template_quotes_inputs_and_names_a_missing_mpiexec(tmp_path):
+    script = REPO / "cli" / "mpirun.sh"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    p = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=30)
+    assert p.returncode == 2 and "no mpiexec found" in p.stderr
+    fake = tmp_path / "mpiexec"                 # prints the arguments it gets, one a line
+    fake.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    fake.chmod(0o755)
+    (tmp_path / "x1.h5").write_bytes(b"")       # a glob the shell could expand
+    p = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path,
+                       env={**env, "MPIEXEC": str(fake), "NPROCS": "3",
+                            "INPUTS": "*.h5 b c.h5:/entry/data"}, timeout=30)
+    args = p.stdout.splitlines()
+    assert args[:2] == ["-n", "3"]
+    assert args[args.index("prepare") + 1:][:3] == ["*.h5", "b", "c.h5:/entry/data"]

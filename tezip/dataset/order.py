@@ -378,6 +378,8 @@ class Mixing:
     spearman: float             # rank correlation of emitted position and id (0: none)
     local_spearman: float       # mean |rank correlation| over runs of ``window`` samples
     neighbours: float           # share of consecutive emitted pairs with ids differing by 1
+    step: float                 # mean |id jump| between consecutive samples / a random
+                                # order's (1: as far apart as random; small: a sweep)
     samples: int
 
 
@@ -397,8 +399,15 @@ def mixing(ids: np.ndarray, window: int = 64) -> Mixing:
     """Mixing of one consumer's emitted ids (see ``Mixing``)."""
     ids = np.asarray(ids, np.int64)
     local = [abs(_spearman(ids[a:a + window])) for a in range(0, len(ids) - window + 1, window)]
-    nb = float(np.mean(np.abs(np.diff(ids)) == 1)) if len(ids) > 1 else 0.0
-    return Mixing(_spearman(ids), float(np.mean(local)) if local else 0.0, nb, len(ids))
+    jumps = np.abs(np.diff(ids))
+    nb = float(np.mean(jumps == 1)) if len(ids) > 1 else 0.0
+    # E|a - b| for two distinct ids drawn from the consumer's own ids
+    srt = np.sort(ids).astype(np.float64)
+    n = len(srt)
+    pairs = n * (n - 1) / 2
+    expect = float(np.dot(srt, 2 * np.arange(n) - n + 1) / pairs) if n > 1 else 0.0
+    step = float(jumps.mean() / expect) if n > 1 and expect > 0 else 0.0
+    return Mixing(_spearman(ids), float(np.mean(local)) if local else 0.0, nb, step, n)
 
 
 @dataclass(frozen=True)
