@@ -30,6 +30,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -186,11 +187,21 @@ def _rank_main(rank: int, world: int, workers: int, root: str, args: argparse.Na
         stream.set_epoch(epoch)
         barrier.wait()
         b0, t0, n = throttle.bytes, time.perf_counter(), 0
+        cpu0, kids0 = time.process_time(), _children_cpu()
         for batch in loader:
             n += len(batch)
-        q.put({"rank": rank, "epoch": epoch, "samples": n,
-               "seconds": time.perf_counter() - t0,
+        dt = time.perf_counter() - t0
+        # CPU seconds of this rank's main process and of its workers (reaped when the
+        # epoch's iterator ends)
+        del batch
+        q.put({"rank": rank, "epoch": epoch, "samples": n, "seconds": dt,
+               "cpu_main": time.process_time() - cpu0, "cpu_workers": _children_cpu() - kids0,
                "bytes_read": throttle.bytes - b0 if cache else None})
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def run_config(root: Path, args: argparse.Namespace, ranks: int, workers: int,
@@ -219,6 +230,8 @@ def run_config(root: Path, args: argparse.Namespace, ranks: int, workers: int,
         dt = max(g["seconds"] for g in mine)
         rb = [g["bytes_read"] for g in mine]
         rows.append({"epoch": epoch, "samples": n, "seconds": dt, "samples_s": n / dt,
+                     "cpu_main": sum(g["cpu_main"] for g in mine),
+                     "cpu_workers": sum(g["cpu_workers"] for g in mine),
                      "per_rank_seconds": [g["seconds"] for g in sorted(mine,
                                                                       key=lambda g: g["rank"])],
                      "bytes_read": None if rb[0] is None else sum(rb)})

@@ -29,6 +29,8 @@ from tezip.errors import (  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CLIP, STRIDE = 3, 2
+# most layouts here do not divide the lanes on purpose (test_stream_options checks it warns)
+pytestmark = pytest.mark.filterwarnings("ignore:lanes .* is not a multiple")
 
 
 def _sha(path: Path) -> str:
@@ -304,6 +306,9 @@ def test_stream_options_and_frames(dataset, decoded):
     got = dict((i, x.numpy()) for i, x in s)
     assert len(got) == 60 and got[20].shape == (12, 10)
     np.testing.assert_array_equal(got[20], decoded[1][7])
+    with pytest.warns(UserWarning, match=r"lanes \(2\) is not a multiple of batch_size x "
+                                          r"world_size \(3 x 1\)"):
+        TezShardStream(dataset, lanes=2, batch_size=3, rank=0, world_size=1)
     with pytest.raises(OptionError):
         TezShardStream(dataset, clip=3, rank=2, world_size=2)
     with pytest.raises(OptionError):

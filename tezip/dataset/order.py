@@ -156,24 +156,27 @@ class _Class:
         self.first, self.len = units(samples, spec.unit, spec.unit_frames, shards)
         self.n = int(self.len.sum())
         self.q, self.r = divmod(self.n, spec.lanes)
-        self._epoch: int | None = None
+        self._units: tuple[int, np.ndarray, np.ndarray] | None = None
 
-    def _prepare(self, epoch: int) -> None:
-        if self._epoch == epoch:
-            return
+    def _permuted(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """First id of each unit in epoch order, and where each starts in ``S`` (cached
+        for the last epoch asked; one tuple, so threads never see half an update)."""
+        cached = self._units
+        if cached is not None and cached[0] == epoch:
+            return cached[1], cached[2]
         order = np.arange(len(self.first))
         if self.spec.shuffle > 0:
             order = np.random.default_rng([self.spec.seed, epoch, 0, self.tag]).permutation(
                 len(self.first))
-        self._ufirst = self.first[order]
-        self._pos = np.concatenate([[0], np.cumsum(self.len[order])]).astype(np.int64)
-        self._epoch = epoch
+        pos = np.concatenate([[0], np.cumsum(self.len[order])]).astype(np.int64)
+        self._units = (epoch, self.first[order], pos)
+        return self.first[order], pos
 
     def s_at(self, epoch: int, idx: np.ndarray) -> np.ndarray:
         """``S[idx]``: sample ids."""
-        self._prepare(epoch)
-        u = np.searchsorted(self._pos, idx, side="right") - 1
-        return self._ufirst[u] + (idx - self._pos[u])
+        ufirst, pos = self._permuted(epoch)
+        u = np.searchsorted(pos, idx, side="right") - 1
+        return ufirst[u] + (idx - pos[u])
 
     def lane_length(self, lane: int) -> int:
         return self.q + (lane < self.r)
@@ -211,7 +214,7 @@ class GlobalOrder:
             self.classes = [c for c in self.classes if c.n > 0]
             self.rounds = np.array([-(-c.n // L) for c in self.classes], np.int64)
             self._n = int(self.rounds.sum()) * L
-        self._round_epoch: int | None = None
+        self._rounds: tuple[int, np.ndarray, np.ndarray] | None = None
 
     def num_samples(self) -> int:
         """Positions in ``G`` (grouped: including the padding of each class's rounds)."""
@@ -219,17 +222,18 @@ class GlobalOrder:
 
     def _round_plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """Grouped: the class and the class's round number of each round of ``G``."""
-        if self._round_epoch != epoch:
-            label = np.repeat(np.arange(len(self.classes)), self.rounds)
-            rng = np.random.default_rng([self.spec.seed, epoch, 2])
-            label = label[rng.permutation(len(label))]
-            index = np.empty_like(label)
-            for c in range(len(self.classes)):
-                sel = label == c
-                index[sel] = np.arange(int(sel.sum()))
-            self._rounds = (label, index)
-            self._round_epoch = epoch
-        return self._rounds
+        cached = self._rounds
+        if cached is not None and cached[0] == epoch:
+            return cached[1], cached[2]
+        label = np.repeat(np.arange(len(self.classes)), self.rounds)
+        rng = np.random.default_rng([self.spec.seed, epoch, 2])
+        label = label[rng.permutation(len(label))]
+        index = np.empty_like(label)
+        for c in range(len(self.classes)):
+            sel = label == c
+            index[sel] = np.arange(int(sel.sum()))
+        self._rounds = (epoch, label, index)
+        return label, index
 
     def _padded_lane(self, c: _Class, epoch: int, lane: int) -> np.ndarray:
         items = c.lane(epoch, lane)

@@ -61,6 +61,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -528,6 +529,13 @@ class TezShardStream(_ShardData, IterableDataset):
                 f"world_size ({self.batch_size} x {self.world_size}); or pass crop=(h, w) "
                 "or crop='min' for random crops to one size")
         self.group_by_shape = group
+        if self.lanes % (self.batch_size * self.world_size):
+            warnings.warn(
+                f"lanes ({self.lanes}) is not a multiple of batch_size x world_size "
+                f"({self.batch_size} x {self.world_size}): the order is the same, but ranks "
+                "decode some windows several times (read_cost() counts them); a multiple of "
+                "world_size x num_workers x batch_size reads each window once",
+                stacklevel=2)
         if unit not in ("window", "shard"):
             raise OptionError(f"unit must be 'window' or 'shard', got {unit!r}")
         self.unit = unit
