@@ -67,7 +67,7 @@ class PrepareConfig:
     shard_size_mb: float = DEFAULT_SHARD_MB
     force: bool = False                 # rewrite every shard, trust nothing on disk
     progress: bool = True               # rank 0 prints the aggregated progress line
-    pieces_per_rank: int = 8
+    pieces_per_rank: int = 16
 
     def __post_init__(self) -> None:
         if not self.inputs:
