@@ -171,8 +171,8 @@ def as_list(batch: list) -> list:
 def _stream(root: Path, args: argparse.Namespace, rank: int, world: int,
             **kw: Any) -> TezShardStream:
     return TezShardStream(root, args.clip, shuffle=args.shuffle, seed=0, lanes=args.lanes,
-                          batch_size=args.batch_size, rank=rank, world_size=world,
-                          group_by_shape=False, **kw)
+                          unit=args.unit, batch_size=args.batch_size, rank=rank,
+                          world_size=world, group_by_shape=False, **kw)
 
 
 def _rank_main(rank: int, world: int, workers: int, root: str, args: argparse.Namespace,
@@ -283,7 +283,8 @@ def table(results: list[dict], meta: dict) -> str:
         f"{meta['ratio']['blosc2']:.2f}), tez {meta['mb']['tez']:.2f} MB (ratio "
         f"{meta['ratio']['tez']:.2f}) at rel bound {meta['bound']:g}, predictor "
         f"{meta['predictor']}. Loader: clip {meta['clip']}, batch {meta['batch_size']}, "
-        f"lanes {meta['lanes']}, shuffle {meta['shuffle']}, {meta['samples']} samples per "
+        f"lanes {meta['lanes']}, shuffle {meta['shuffle']} (unit {meta['unit']}), "
+        f"{meta['samples']} samples per "
         f"epoch; best of {meta['trials']} trials. Per-core rate (one process, windows "
         f"only): raw {meta['decode']['raw']:.0f}, blosc2 {meta['decode']['blosc2']:.0f}, "
         f"tez {meta['decode']['tez']:.1f} MB/s. Load average before: {meta['load']}; two "
@@ -332,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lanes", type=int, default=16)
     p.add_argument("--shuffle", type=int, default=64)
+    p.add_argument("--unit", default="window", choices=["window", "shard"],
+                   help="shuffle unit of the stream (window: mixed over the data set)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--trials", type=int, default=2,
                    help="run every configuration N times and keep the fastest")
@@ -383,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             "mb": mb, "ratio": {f: raw_bytes / m[f]["total_bytes"] for f in FORMATS},
             "bound": args.bound, "predictor": args.predictor, "clip": args.clip,
             "batch_size": args.batch_size, "lanes": args.lanes, "shuffle": args.shuffle,
+            "unit": args.unit,
             "samples": results[0]["samples"], "epochs": args.epochs, "trials": args.trials,
             "decode": speed, "load": load, "ceiling": ceiling,
             "raw_bytes_per_sample": sample_bytes(roots["raw"], args),
