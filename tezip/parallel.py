@@ -15,8 +15,9 @@ from .dataset.manifest import (
 )
 from .dataset.manifest import read as load_manifest
 from .dataset.manifest import verify as verify_dataset
+from .dataset.messages import RankFailure, RankStats
 from .dataset.plan import Shard, Source, SourceInfo, assign, expand_inputs, plan_shards
-from .dataset.prepare import PrepareResult, RankFailure, RankStats, prepare
+from .dataset.prepare import PrepareResult, prepare
 
 __all__ = ["DEFAULT_SHARD_MB", "FORMAT", "MANIFEST", "VERSION", "CodecConfig", "Comm",
            "DatasetReport", "MpiComm", "PrepareConfig", "PrepareResult", "RankFailure",

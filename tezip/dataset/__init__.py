@@ -7,6 +7,8 @@ torch datasets read them, decoding inside the DataLoader workers.
     comm       one rank, or mpi4py's COMM_WORLD
     shards     views, value ranges of parts, resume sidecars, piece assembly
     progress   the progress line of prepare
+    messages   what ranks send each other (dataclasses), RankStats, RankFailure
+    encode     the encode phase: pieces handed to ranks as they become free
     prepare    the MPI run
     cache      node-local staging of shards (no torch)
     readers    opening a shard: .tez, and raw .npy / lossless .b2nd baselines (no torch)

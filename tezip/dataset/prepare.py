@@ -39,17 +39,28 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections import OrderedDict, deque
-from dataclasses import asdict, dataclass, field
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import io
-from ..errors import OutputError, TezipError
+from ..errors import OutputError
 from . import manifest as mf
 from . import shards as sh
 from .comm import Comm, get_comm
 from .config import CodecConfig, PrepareConfig
+from .encode import Encoder
+from .messages import (
+    AssemblyPlan,
+    EncodeDone,
+    Failure,
+    RankFailure,
+    RankStats,
+    ShardDone,
+    check,
+    describe,
+)
 from .plan import (
     Piece,
     Shard,
@@ -63,90 +74,8 @@ from .plan import (
     plan_shards,
     scan_source,
 )
-from .progress import Counters, ProgressLine
 
 _MAX_OPEN_STACKS = 32
-_LOOKAHEAD = 2          # pieces a rank holds (the one it encodes and the next)
-
-
-class RankFailure(TezipError):
-    """A rank failed; raised on every rank. ``report`` is True on the rank that should
-    print it (rank 0)."""
-
-    def __init__(self, message: str, report: bool) -> None:
-        super().__init__(message)
-        self.report = report
-
-
-# ---------------------------------------------------------------------------------------
-# what ranks tell each other
-
-
-@dataclass(frozen=True)
-class Failure:
-    where: str | None          # the input it happened on
-    message: str
-
-
-@dataclass
-class RankStats:
-    rank: int
-    shards_written: int = 0     # whole shards encoded, or assembled, by this rank
-    shards_reused: int = 0
-    pieces: int = 0             # pieces this rank encoded
-    raw_bytes: int = 0          # raw bytes this rank encoded
-    compressed_bytes: int = 0
-    seconds: float = 0.0        # busy: scan, resume check, ranges, encoding, assembly
-    phases: dict[str, float] = field(default_factory=dict)   # wall seconds per phase
-
-    def lap(self, phase: str, since: float) -> float:
-        now = time.perf_counter()
-        self.phases[phase] = self.phases.get(phase, 0.0) + now - since
-        return now
-
-    @property
-    def mb_per_s(self) -> float:
-        """Raw MB this rank encoded per second of its busy time."""
-        return self.raw_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class ProgressMsg:
-    counters: Counters
-
-
-@dataclass(frozen=True)
-class WorkRequest:
-    """A rank started its last piece and asks rank 0 for another."""
-
-
-@dataclass(frozen=True)
-class WorkGrant:
-    piece: int | None           # None: no more work
-
-
-@dataclass(frozen=True)
-class ShardDone:
-    record: dict[str, Any]      # the manifest entry
-    model_hash: str | None
-
-
-@dataclass(frozen=True)
-class EncodeDone:
-    """A rank's last message of the encode phase."""
-
-    pieces: dict[int, sh.PieceResult]    # parts of shards, waiting for assembly
-    shards: dict[int, ShardDone]         # whole shards written (or reused)
-    failure: Failure | None
-    counters: Counters
-    stats: RankStats
-
-
-@dataclass(frozen=True)
-class AssemblyPlan:
-    failures: list[Failure | None]       # by rank; the run stops if any
-    jobs: dict[int, list[str]]           # shard -> piece files, in order
-    owner: dict[int, int]                # shard -> rank that assembles it
 
 
 @dataclass
@@ -183,30 +112,6 @@ class PrepareResult:
                 "per_rank": [{**asdict(r), "mb_per_s": r.mb_per_s} for r in self.per_rank]}
 
 
-def describe(exc: BaseException) -> str:
-    if isinstance(exc, TezipError):
-        text = str(exc)
-    elif isinstance(exc, OSError):
-        text = (exc.strerror or str(exc)) + (f": {exc.filename}" if exc.filename else "")
-    elif isinstance(exc, MemoryError):
-        text = "out of memory; use a smaller --window or --shard-size"
-    else:
-        text = f"internal error: {type(exc).__name__}: {exc}"
-    return " ".join(text.split())
-
-
-def check(comm: Comm, failures: list[Failure | None]) -> None:
-    """Raise on every rank if any rank failed: the lowest rank's failure is the message."""
-    bad = [(r, f) for r, f in enumerate(failures) if f is not None]
-    if not bad:
-        return
-    r, f = bad[0]
-    text = f"rank {r} failed" + (f" on {f.where}" if f.where else "") + f": {f.message}"
-    if len(bad) > 1:
-        text += f" (and {len(bad) - 1} more rank{'s' if len(bad) > 2 else ''} failed)"
-    raise RankFailure(text, report=comm.rank == 0)
-
-
 # ---------------------------------------------------------------------------------------
 # the run
 
@@ -231,7 +136,7 @@ def _setup(cfg: PrepareConfig) -> list[Source]:
     return sources
 
 
-class _Run:
+class Run:
     """The state one rank keeps through a run."""
 
     def __init__(self, cfg: PrepareConfig, comm: Comm) -> None:
@@ -408,7 +313,7 @@ class _Run:
         self.plan()
         reuse = self.resume()
         self.ranges(reuse)
-        done = _Encoder(self, reuse).run()
+        done = Encoder(self, reuse).run()
         manifest, per_rank = self.assemble_and_finish(done)
         return PrepareResult(manifest, self.cfg.out, self.comm.size,
                              time.perf_counter() - t_start, len(self.sources), per_rank)
@@ -497,193 +402,11 @@ class _Run:
         return manifest
 
 
-class _Encoder:
-    """The encode phase on one rank: pieces handed out as ranks become free."""
-
-    def __init__(self, run: _Run, reuse: dict[int, dict[str, Any]]) -> None:
-        self.r = run
-        comm = run.comm
-        self.comm = comm
-        self.counters = Counters()
-        self.results: dict[int, sh.PieceResult] = {}
-        self.shards: dict[int, ShardDone] = {}
-        self.failure: Failure | None = None
-        # shards kept: reused ones whose value range is still the one they were written with
-        self.kept = {s for s, old in reuse.items()
-                     if old.get("vrange") == _as_list(run.vranges[run.shards[s].source])}
-        resume_owner = assign([s.raw_bytes for s in run.shards], comm.size)
-        for s in sorted(self.kept):
-            if resume_owner[s] == comm.rank:
-                old = reuse[s]
-                src = run.sources[run.shards[s].source]
-                rec = {**old["record"], "source": os.path.abspath(src.path)}
-                self.shards[s] = ShardDone(rec, old.get("model_hash"))
-                run.stats.shards_reused += 1
-                raw = run.shards[s].raw_bytes
-                self.counters = self.counters.add(run.shards[s].frames, raw, raw,
-                                                  int(rec["bytes"]), raw)
-        todo = [p for p in run.pieces if p.shard not in self.kept]
-        if comm.size > 1:   # largest first, so the last pieces to finish are small ones
-            todo.sort(key=lambda p: (-p.raw_bytes, p.index))
-        self.queue = [p.index for p in todo]
-        first = _LOOKAHEAD * comm.size
-        self.mine: deque[int] = deque(self.queue[comm.rank:first:comm.size])
-        self.next = min(first, len(self.queue))          # rank 0's pointer
-        self.bar = ProgressLine(run.cfg.progress and run.root,
-                                sum(s.frames for s in run.shards), comm.size)
-        self.done: dict[int, EncodeDone] = {}             # rank 0: by rank
-        self.requested = False
-        self.exhausted = False
-        self.last_send = 0.0
-
-    # rank 0: serving the others -----------------------------------------------------------
-
-    def _grant(self) -> int | None:
-        if self.failure is not None or any(d.failure for d in self.done.values()):
-            return None
-        if self.next < len(self.queue):
-            self.next += 1
-            return self.queue[self.next - 1]
-        return None
-
-    def absorb(self) -> None:
-        """Rank 0: answer requests, take progress and final reports."""
-        for src, msg in self.comm.poll():
-            if isinstance(msg, WorkRequest):
-                self.comm.send(WorkGrant(self._grant()), src)
-            elif isinstance(msg, ProgressMsg):
-                self.bar.update(src, msg.counters)
-            elif isinstance(msg, EncodeDone):
-                self.done[src] = msg
-                self.bar.update(src, msg.counters)
-
-    # other ranks: asking rank 0 -----------------------------------------------------------
-
-    def take_grants(self) -> None:
-        for _, msg in self.comm.poll():
-            if isinstance(msg, WorkGrant):
-                self.requested = False
-                if msg.piece is None:
-                    self.exhausted = True
-                else:
-                    self.mine.append(msg.piece)
-
-    def ask(self) -> None:
-        if not self.requested and not self.exhausted:
-            self.comm.send(WorkRequest(), 0)
-            self.requested = True
-
-    def wait_for_grant(self) -> None:
-        delay = 1e-4
-        while self.requested:
-            self.take_grants()
-            if self.requested:
-                time.sleep(delay)
-                delay = min(0.02, delay * 2)
-
-    # both ---------------------------------------------------------------------------------
-
-    def report(self, force: bool = False) -> None:
-        if self.r.root:
-            self.bar.update(0, self.counters, force)
-            self.absorb()
-        else:
-            self.take_grants()
-            if force or time.perf_counter() - self.last_send > 0.5:
-                self.last_send = time.perf_counter()
-                self.comm.send(ProgressMsg(self.counters), 0)
-
-    def next_piece(self) -> int | None:
-        if self.r.root:
-            if not self.mine:
-                g = self._grant()
-                return g
-            return self.mine.popleft()
-        self.take_grants()
-        if not self.mine:
-            if self.exhausted or self.failure is not None:
-                return None
-            self.ask()
-            self.wait_for_grant()
-            if not self.mine:
-                return None
-        p = self.mine.popleft()
-        if not self.mine:
-            self.ask()      # ask for the next one while this one is encoded
-        return p
-
-    def encode(self, i: int) -> None:
-        run = self.r
-        piece = run.pieces[i]
-        shard = run.shards[piece.shard]
-        info = run.infos[shard.source]
-        out = run.cfg.out
-
-        def step(n: int) -> None:
-            self.counters = self.counters.add(frames=n, raw_in=n * info.frame_bytes)
-            self.report()
-
-        if piece.whole:
-            (out / (shard.file + sh.SIDECAR)).unlink(missing_ok=True)
-            path = out / shard.file
-        else:
-            path = sh.piece_path(out, piece)
-        res = sh.encode_piece(piece, run.view(shard, piece.t0, piece.t1), path, run.options,
-                              run.vranges[shard.source], step)
-        run.stats.pieces += 1
-        run.stats.raw_bytes += res.raw_bytes
-        run.stats.compressed_bytes += res.bytes
-        self.counters = self.counters.add(raw_done=res.raw_bytes, bytes_out=res.bytes)
-        if piece.whole:
-            self.shards[shard.index] = run.finish_shard(shard.index)
-        else:
-            self.results[i] = res
-
-    def run(self) -> dict[int, EncodeDone] | None:
-        r = self.r
-        t = time.perf_counter()
-        while True:
-            i = self.next_piece() if self.failure is None else None
-            if i is None:
-                break
-            try:
-                self.encode(i)
-            except Exception as exc:
-                self.failure = Failure(r.where(r.pieces[i].shard), describe(exc))
-            self.report()
-        if not r.root and self.requested:
-            self.wait_for_grant()       # no grant is left in flight
-        r.busy(t)
-        t = r.stats.lap("encode", t)
-        msg = EncodeDone(self.results, self.shards, self.failure, self.counters, r.stats)
-        if not r.root:
-            self.comm.send(msg, 0)
-            self.comm.flush()
-            r.stats.lap("wait", t)
-            return None
-        self.done[0] = msg
-        delay = 1e-3
-        while len(self.done) < self.comm.size:
-            before = len(self.done)
-            self.absorb()
-            if len(self.done) == before:
-                time.sleep(delay)
-                delay = min(0.05, delay * 1.5)
-        self.bar.update(0, self.counters, force=True)
-        self.bar.close()
-        r.stats.lap("wait", t)
-        return self.done
-
-
-def _as_list(v: tuple[float, float] | None) -> list[float] | None:
-    return list(v) if v is not None else None
-
-
 def prepare(cfg: PrepareConfig, comm: Comm | None = None) -> PrepareResult:
     """Run ``tezip prepare`` on this rank; see the module docstring. Returns on every
     rank when every rank succeeded (the manifest is written by then); raises
     RankFailure on every rank otherwise."""
-    run = _Run(cfg, comm or get_comm())
+    run = Run(cfg, comm or get_comm())
     try:
         return run.run()
     finally:
