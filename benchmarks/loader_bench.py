@@ -193,10 +193,19 @@ def _rank_main(rank: int, world: int, workers: int, root: str, args: argparse.Na
         dt = time.perf_counter() - t0
         # CPU seconds of this rank's main process and of its workers (reaped when the
         # epoch's iterator ends)
-        del batch
         q.put({"rank": rank, "epoch": epoch, "samples": n, "seconds": dt,
                "cpu_main": time.process_time() - cpu0, "cpu_workers": _children_cpu() - kids0,
                "bytes_read": throttle.bytes - b0 if cache else None})
+    # a short warm epoch, the last two batches of each worker of the last epoch: an
+    # epoch's fixed cost (starting workers, the first batch), for scale_model.py
+    total = stream.num_samples()
+    stream.set_epoch(args.epochs - 1, start=max(0, total - 2 * args.batch_size * world
+                                                * max(1, workers)))
+    barrier.wait()
+    t0, n = time.perf_counter(), 0
+    for batch in loader:
+        n += len(batch)
+    q.put({"rank": rank, "epoch": "short", "samples": n, "seconds": time.perf_counter() - t0})
 
 
 def _children_cpu() -> float:
@@ -218,7 +227,7 @@ def run_config(root: Path, args: argparse.Namespace, ranks: int, workers: int,
                                                   barrier, q)) for r in range(ranks)]
     for p in procs:
         p.start()
-    got = [q.get(timeout=3600) for _ in range(ranks * args.epochs)]
+    got = [q.get(timeout=3600) for _ in range(ranks * (args.epochs + 1))]
     for p in procs:
         p.join()
         if p.exitcode:
@@ -235,6 +244,9 @@ def run_config(root: Path, args: argparse.Namespace, ranks: int, workers: int,
                      "per_rank_seconds": [g["seconds"] for g in sorted(mine,
                                                                       key=lambda g: g["rank"])],
                      "bytes_read": None if rb[0] is None else sum(rb)})
+    short = [g for g in got if g["epoch"] == "short"]
+    rows[-1].update(short_samples=sum(g["samples"] for g in short),
+                    short_seconds=max(g["seconds"] for g in short))
     return rows
 
 

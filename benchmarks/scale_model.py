@@ -127,14 +127,20 @@ def formats_from(loader: dict, learned: list[dict] | None, args: argparse.Namesp
     s_mb = meta["raw_bytes_per_sample"] / 1e6
     rows = loader["rows"]
 
-    def calib(fmt: str) -> tuple[float, float]:
+    def calib(fmt: str) -> tuple[float, float, float, str, float]:
         r = [x for x in rows if x["fmt"] == fmt and (x["ranks"], x["workers"]) == (1, 1)
              and x["rate"] == 0 and x["epoch"] == 1]
         if not r:
             sys.exit("loader.json has no 1x1 unthrottled run; rerun loader_bench.py")
-        n = r[0]["samples"]
-        cw, cm = r[0]["cpu_workers"] / n, r[0]["cpu_main"] / n
-        return cw, cm, s_mb, src, max(0.0, r[0]["seconds"] - n * max(cw, cm))
+        x = r[0]
+        n, t = x["samples"], x["seconds"]
+        cm = x["cpu_main"] / n
+        if "short_seconds" in x:     # two points: per-sample time and fixed epoch cost
+            ns, ts = x["short_samples"], x["short_seconds"]
+            cw = max(cm, (t - ts) / (n - ns))
+            return cw, cm, s_mb, src, max(0.0, ts - ns * cw)
+        cw = x["cpu_workers"] / n
+        return cw, cm, s_mb, src, max(0.0, t - n * max(cw, cm))
     src = "loader_bench 1x1 warm (measured)"
     out = [Format("raw", 1.0, *calib("raw")),
            Format("blosc2/zstd", meta["ratio"]["blosc2"], *calib("blosc2")),
