@@ -267,6 +267,34 @@ def sample_bytes(root: Path, args: argparse.Namespace) -> float:
     return float(np.dot(s.samples.counts, per) / s.samples.n)
 
 
+def first_use(roots: dict[str, Path], args: argparse.Namespace, ranks: int,
+              workers: int) -> dict[str, list[list[list[int]]]]:
+    """For each format and rank: at which sample of the rank's sequence (the DataLoader's
+    order: batches from the workers in turn) each shard is first needed, and the bytes
+    staged by then: [[k, ...], [cumulative bytes, ...]] (for scale_model.py's cold
+    epochs)."""
+    out: dict[str, list[list[list[int]]]] = {}
+    for fmt, root in roots.items():
+        s = _stream(root, args, 0, ranks)
+        sizes = np.array([sh.bytes for sh in s.manifest.shards], np.int64)
+        per_rank = []
+        for r in range(ranks):
+            parts = [s.consumer_order(r, w, workers, epoch=0) for w in range(workers)]
+            seq, pos, k = [], [0] * workers, 0
+            while any(p < len(x) for p, x in zip(pos, parts, strict=True)):
+                w = k % workers
+                seq.append(parts[w][pos[w]:pos[w] + args.batch_size])
+                pos[w] += args.batch_size
+                k += 1
+            shard = s.samples.locate(np.concatenate(seq))[0]
+            uniq, first = np.unique(shard, return_index=True)
+            order = np.argsort(first)
+            per_rank.append([first[order].tolist(),
+                             np.cumsum(sizes[uniq[order]]).tolist()])
+        out[fmt] = per_rank
+    return out
+
+
 def machine_ceiling(n: int = 2, trials: int = 3) -> float:
     """How much faster n copies of a pure CPU loop finish than one after another, now."""
     code = ("import time\nt = time.perf_counter()\nx = 0\nfor i in range(4_000_000):\n"
@@ -402,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
             "samples": results[0]["samples"], "epochs": args.epochs, "trials": args.trials,
             "decode": speed, "load": load, "ceiling": ceiling,
             "raw_bytes_per_sample": sample_bytes(roots["raw"], args),
+            "first_use": {f"{r}x{w}": first_use(roots, args, r, w)
+                          for r, w, _ in {(c[0], c[1], 0) for c in configs}},
             "raw_bytes": raw_bytes, "cores": os.cpu_count(),
             "command": "python benchmarks/loader_bench.py " + " ".join(argv or sys.argv[1:])}
     md = table(results, meta)

@@ -183,22 +183,36 @@ def stage_cost(loader: dict, s_mb: float) -> float:
 
 
 def predict_run(fmt: Format, row: dict, loader: dict, cores: float, stage: float) -> float:
-    """Samples/s of one loader run on this machine: the epoch's CPU work spread over
-    what can run in parallel (each worker and each main process one core at most, all of
-    them ``cores``); a cold epoch through staging first waits for the shards (throttled
-    reads at the ranks' rates, then the copies): with units of a window a consumer needs
-    nearly every shard before it gets far, so the two barely overlap in a first epoch.
-    Plus the format's start-up time per epoch (from its 1x1 warm run)."""
+    """Samples/s of one loader run on this machine. A rank works through its samples at
+    the pace its CPU allows (each worker and the main process one core at most, all
+    processes of all ranks ``cores``), after a fixed start-up (from the 1x1 run). In a
+    cold epoch through staging, sample k also waits until the shards first needed up to
+    k have arrived: their bytes at the ranks' throttled rates (the node's cache is shared,
+    so a shard is read once, by whichever rank asks first), plus the copy (seconds per MB
+    from the raw 1x1 runs). The shards' first uses come from the order itself
+    (``first_use`` in loader.json); with units of a window a rank needs most shards
+    early, so staging and decoding overlap only in part."""
     meta = loader["meta"]
     r, w, n = row["ranks"], row["workers"], row["samples"]
-    t_cpu = n * max(fmt.cpu_worker / (r * w), fmt.cpu_main / r,
-                    (fmt.cpu_worker + fmt.cpu_main) / cores)
-    t = fmt.startup + t_cpu
-    if row["rate"] is not None and row["epoch"] == 0:       # cold: shards staged
-        mb = meta["mb"][row["fmt"]]
-        t += mb / (r * row["rate"]) if row["rate"] else 0.0
-        t += mb * stage / min(r * w, cores)
-    return n / t
+    per_sample = max(fmt.cpu_worker / w, fmt.cpu_main,
+                     (fmt.cpu_worker + fmt.cpu_main) * r / cores)
+    cold = row["rate"] is not None and row["epoch"] == 0
+    curves = meta.get("first_use", {}).get(f"{r}x{w}", {}).get(row["fmt"])
+    finish = []
+    for rank in range(r):
+        n_r = n // r
+        t = n_r * per_sample
+        if cold:
+            per_byte = (1 / (r * row["rate"] * 1e6) if row["rate"] else 0.0) + \
+                stage / 1e6 / min(r * w, cores)
+            if curves:
+                ks, cum = curves[rank]
+                t = max(t, max(c * per_byte + (n_r - k) * per_sample
+                               for k, c in zip(ks, cum, strict=True)))
+            else:                 # no curve: all shards first, then the work
+                t += meta["mb"][row["fmt"]] * 1e6 * per_byte
+        finish.append(fmt.startup + t)
+    return n / max(finish)
 
 
 def validate(loader: dict, formats: list[Format], s_mb: float) -> list[dict]:
