@@ -2,7 +2,7 @@
 blosc2/zstd shards (what a careful user would do without tezip) and over raw ``.npy``
 shards, with 1 and 2 ranks and storage throttled per rank.
 
-    python benchmarks/loader_bench.py            # results/loader.{md,json}, ~10 min here
+    python benchmarks/loader_bench.py            # results/loader.{md,json}, ~5 min here
     python benchmarks/loader_bench.py --quick    # a smoke run of a minute
 
 The throttle emulates a shared parallel file system: one token bucket per rank (shared by

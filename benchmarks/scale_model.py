@@ -23,24 +23,28 @@ default shuffle) a node reads every shard, so its working set is the whole data 
 
 Inputs and where they come from (the figure says which are measured):
 
-- raw bytes per sample, ratios of blosc2/zstd and tezip classical shards, and the CPU
-  seconds per sample in the workers and in the main process for raw, blosc2 and tezip
-  classical: the 1-rank x 1-worker unthrottled warm run of ``loader_bench.py`` (CPU
-  times from the kernel's accounting; "MB/s per core" = sample MB / both);
+- raw bytes per sample, the ratios of blosc2/zstd and tezip classical shards: the data
+  sets of ``loader_bench.py``;
+- per format, the seconds one worker needs per sample and an epoch's fixed cost (the
+  1-rank x 1-worker unthrottled warm epoch and a short epoch of the same run: two
+  points), and the CPU seconds per sample the receiving (training) process spends
+  (kernel accounting); "MB/s per core" = sample MB / (worker + receiver seconds);
 - tezip learned: ratio and decode MB/s of ``tezip`` (auto) at 1e-3 in
   ``results/learned.json`` (``run_classical.py``, current uncompiled decoder; windows
-  only), plus the loader's own per-sample costs measured with the classical shards; or
+  only), plus the receiver's cost measured with the classical shards; or
   ``--learned-ratio/--learned-mbs`` (then marked as assumed);
-- the system: parameters (``System``; TSUBAME3.0-like defaults: 7 cores per GPU).
+- the system: parameters (``System``; TSUBAME3.0-like defaults: 9 GB/s for 2,160 GPUs,
+  7 cores per GPU).
 
-Validation: the same costs predict every other run of ``loader.json`` (1 rank x 2
-workers and 2 ranks x 1 worker; throttled to 4 MB/s per rank, unthrottled and in place;
-cold and warm epochs) with this machine as the system (``predict_run``): the epoch's CPU
-work over what runs in parallel (a worker or a main process is one core at most; all
-together the machine's measured parallelism, two copies of a CPU loop vs one after
-another, from the same run); a cold epoch first waits for its shards at the ranks'
-throttled rates and for the copies (seconds per MB from the raw 1x1 cold and warm runs).
-Calibration rows (1x1 unthrottled warm, and raw 1x1 cold) are marked and not counted.
+Validation (``predict_run``): the same costs predict every other run of ``loader.json``
+(1 rank x 2 workers and 2 ranks x 1 worker; throttled to 4 MB/s per rank, unthrottled
+and in place; cold and warm epochs) with this machine as the system: a rank's samples at
+the pace its CPU allows (a worker or a receiver is one core at most; all processes
+together the machine's parallelism measured in the same run), after the fixed cost; in a
+cold epoch each sample also waits for the shards first needed up to it (their bytes at
+the ranks' throttled rates and the copy to local disk, whose cost per byte is solved
+from the raw 1x1 cold epoch); where shards are first needed comes from the order itself
+(``first_use`` in loader.json). Calibration rows are marked and not counted.
 """
 
 from __future__ import annotations
@@ -173,13 +177,20 @@ def formats_from(loader: dict, learned: list[dict] | None, args: argparse.Namesp
 # validation on this machine
 
 
-def stage_cost(loader: dict, s_mb: float) -> float:
-    """Seconds per MB of staging a shard to node-local disk (copy, sha256, fsync), from
-    the 1x1 unthrottled runs of the raw format: cold epoch minus warm epoch."""
-    rows = {r["epoch"]: r for r in loader["rows"] if r["fmt"] == "raw" and
-            (r["ranks"], r["workers"]) == (1, 1) and r["rate"] == 0}
-    return max(0.0, rows[0]["seconds"] - rows[1]["seconds"]) / (
-        loader["meta"]["mb"]["raw"])
+def stage_cost(loader: dict, formats: list[Format], cores: float) -> float:
+    """Seconds per byte of staging a shard to node-local disk (copy, sha256, fsync): the
+    value for which ``predict_run`` reproduces the raw format's 1x1 unthrottled cold
+    epoch (where staging is nearly all of the time)."""
+    row = next(r for r in loader["rows"] if r["fmt"] == "raw" and r["epoch"] == 0 and
+               (r["ranks"], r["workers"], r["rate"]) == (1, 1, 0))
+    lo, hi = 0.0, 1e-6
+    while predict_run(formats[0], row, loader, cores, hi) > row["samples_s"] and hi < 1:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predict_run(formats[0], row, loader, cores, mid) > \
+            row["samples_s"] else (lo, mid)
+    return hi
 
 
 def predict_run(fmt: Format, row: dict, loader: dict, cores: float, stage: float) -> float:
@@ -203,23 +214,33 @@ def predict_run(fmt: Format, row: dict, loader: dict, cores: float, stage: float
         n_r = n // r
         t = n_r * per_sample
         if cold:
-            per_byte = (1 / (r * row["rate"] * 1e6) if row["rate"] else 0.0) + \
-                stage / 1e6 / min(r * w, cores)
+            # copies go to one local disk (write + fsync): they do not run faster
+            # with more workers
+            per_byte = (1 / (r * row["rate"] * 1e6) if row["rate"] else 0.0) + stage
+            total = meta["mb"][row["fmt"]] * 1e6
             if curves:
+                # the ranks stage the shards they need in turn, so by the time a rank has
+                # its c bytes the node has staged about c x (all shards / its shards)
                 ks, cum = curves[rank]
-                t = max(t, max(c * per_byte + (n_r - k) * per_sample
+                scale = max(1.0, total / cum[-1])
+                t = max(t, max(c * scale * per_byte + (n_r - k) * per_sample
                                for k, c in zip(ks, cum, strict=True)))
             else:                 # no curve: all shards first, then the work
-                t += meta["mb"][row["fmt"]] * 1e6 * per_byte
+                t += total * per_byte
         finish.append(fmt.startup + t)
     return n / max(finish)
 
 
+def machine_cores(loader: dict) -> float:
+    """The parallelism the machine offered during the loader run (CPU-loop ceiling)."""
+    meta = loader["meta"]
+    return max(1.0, min(float(meta["cores"]), meta["ceiling"]))
+
+
 def validate(loader: dict, formats: list[Format], s_mb: float) -> list[dict]:
     """Predict every loader run with this machine as the system."""
-    meta = loader["meta"]
-    cores = max(1.0, min(float(meta["cores"]), meta["ceiling"]))
-    stage = stage_cost(loader, s_mb)
+    cores = machine_cores(loader)
+    stage = stage_cost(loader, formats, cores)
     by = {"raw": formats[0], "blosc2": formats[1], "tez": formats[2]}
     out = []
     for row in loader["rows"]:
@@ -241,27 +262,38 @@ def validate(loader: dict, formats: list[Format], s_mb: float) -> list[dict]:
 
 def plot(formats: list[Format], sys_: System, s_mb: float, path: Path,
          check: list[dict]) -> None:
+    """Two panels (per GPU, in total), each format in its colour; solid: the file system
+    shared by the machine's GPUs (``sys_``), dotted: the job alone on it."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     ns = [2 ** k for k in range(13)]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    styles = {"raw": ("k", "-"), "blosc2/zstd": ("tab:blue", "-"),
-              "tezip classical": ("tab:red", "-"), "tezip learned": ("tab:purple", "--")}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2))
+    colour = {"raw": "k", "blosc2/zstd": "tab:blue", "tezip classical": "tab:red",
+              "tezip learned": "tab:purple"}
+    alone = replace(sys_, fs_gpus=1)
+    handles = []
     for f in formats:
-        c, ls = styles.get(f.name, ("gray", ":"))
-        per = [per_gpu_mbs(f, sys_, n)["rate"] / s_mb for n in ns]
-        label = f"{f.name} (ratio {f.ratio:.2f}, {f.core_mbs:.0f} MB/s per core)"
+        c = colour.get(f.name, "gray")
+        for scenario, ls in ((sys_, "-"), (alone, ":")):
+            per = [per_gpu_mbs(f, scenario, n)["rate"] / s_mb for n in ns]
+            axes[0].plot(ns, per, color=c, ls=ls, marker="o" if ls == "-" else None, ms=3)
+            axes[1].plot(ns, [p * n for p, n in zip(per, ns, strict=True)], color=c, ls=ls,
+                         marker="o" if ls == "-" else None, ms=3)
+        label = f"{f.name}: ratio {f.ratio:.2f}, {f.core_mbs:.0f} MB/s per core"
         if f.name == "tezip learned":
-            label += "\n  from learned.json, not run through the loader" \
-                if f.source.startswith("learned.json") else "\n  ASSUMED values"
-        axes[0].plot(ns, per, color=c, ls=ls, marker="o", ms=3, label=label)
-        axes[1].plot(ns, [p * n for p, n in zip(per, ns, strict=True)], color=c, ls=ls,
-                     marker="o", ms=3)
+            label += ("\n  (learned.json: current decoder, not run through the loader)"
+                      if f.source.startswith("learned.json") else "\n  (ASSUMED values)")
+        handles.append(Line2D([], [], color=c, marker="o", ms=3, label=label))
+    handles += [Line2D([], [], color="gray", ls="-",
+                       label=f"FS {sys_.fs_mbs / 1000:g} GB/s shared by "
+                             f"max(N, {sys_.fs_gpus}) GPUs"),
+                Line2D([], [], color="gray", ls=":", label="FS for this job alone (B / N)")]
     cap = sys_.consume_mbs / s_mb
-    axes[0].axhline(cap, color="gray", lw=0.8, ls=":")
-    axes[0].text(1, cap * 1.08, f"GPU consumption {sys_.consume_mbs:g} MB/s", fontsize=8,
+    axes[0].axhline(cap, color="gray", lw=0.8, ls="--")
+    axes[0].text(1.2, cap * 1.1, f"GPU consumes {sys_.consume_mbs:g} MB/s", fontsize=8,
                  color="gray")
     for ax, title in zip(axes, ("samples/s per GPU", "samples/s in total"), strict=True):
         ax.set_xscale("log", base=2)
@@ -269,15 +301,17 @@ def plot(formats: list[Format], sys_: System, s_mb: float, path: Path,
         ax.set_xlabel("GPUs")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7, loc="lower left")
-    err = max(abs(c["error"]) for c in check if not c["calibration"]) if check else float("nan")
-    note = (f"shared FS {sys_.fs_mbs / 1000:g} GB/s over max(N, {sys_.fs_gpus}) GPUs; "
-            f"{sys_.cores_per_gpu:g} loader cores per GPU; {s_mb:.2f} MB per sample; "
-            f"node cache {sys_.cache_gb:g} GB. Per-core rates and ratios measured on a "
-            f"2-core machine (loader_bench.py); model within {err:.0%} of "
-            f"{sum(not c['calibration'] for c in check)} loader runs there.")
+    axes[0].set_ylim(top=cap * 2)
+    axes[1].legend(handles=handles, fontsize=7, loc="lower right")
+    ok = [x for x in check if not x["calibration"]]
+    err = max(abs(x["error"]) for x in ok) if ok else float("nan")
+    note = (f"{sys_.cores_per_gpu:g} loader cores per GPU; {s_mb:.2f} MB per sample; node "
+            f"cache {sys_.cache_gb:g} GB. Ratios and CPU costs per sample measured on a "
+            f"2-core machine (loader_bench.py, classical predictors, rel 1e-3);\nthe same "
+            f"costs predict {len(ok)} loader runs there within {err:.0%} "
+            f"(benchmarks/results/scale_model.md).")
     fig.text(0.01, 0.01, note, fontsize=7.5)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=130, format="png")
 
 
@@ -302,7 +336,8 @@ def report(formats: list[Format], sys_: System, s_mb: float, check: list[dict],
     lines += ["", "### Check against this machine's loader runs", "",
               f"Largest error {worst:.0%} over {len(ok)} runs; calibration rows excluded. "
               f"Machine parallelism {loader['meta']['ceiling']:.2f} (from the same run), "
-              f"staging {stage_cost(loader, s_mb) * 1e3:.1f} ms per MB.", "",
+              f"staging {stage_cost(loader, formats, machine_cores(loader)) * 1e9:.1f} ms "
+              "per MB.", "",
               "| format | ranks x workers | storage | epoch | measured | predicted | error |",
               "|---|---|---|---|---|---|---|"]
     for c in check:
