@@ -13,7 +13,10 @@
 set -euo pipefail
 
 NPROCS=${NPROCS:-$(nproc)}                 # ranks: one per core is the usual choice
-INPUTS=(${INPUTS:-"data/*.h5"})            # files, quoted globs, folders, FILE.h5:/dataset
+# inputs: files, globs, folders, FILE.h5:/dataset, separated by spaces. Globs are passed
+# to tezip unexpanded (it expands them itself, sorted), so keep them quoted when you set
+# INPUTS on the command line: INPUTS='runs/*.h5 extra.npy' bash mpirun.sh
+read -r -a INPUTS <<< "${INPUTS:-data/*.h5}"
 DATASET=${DATASET:-/entry/data/data}       # dataset path inside the HDF5 inputs
 OUT=${OUT:-prepared}                       # output directory: shards + manifest.json
 BOUND=${BOUND:-1e-3}                       # --mode rel: fraction of each stack's range
@@ -21,7 +24,13 @@ SHARD_MB=${SHARD_MB:-128}                  # target compressed size of one shard
 
 # the mpiexec of the environment that has mpi4py; a launcher from another MPI would start
 # N independent single-rank runs (tezip detects that and stops)
-MPIEXEC=${MPIEXEC:-$(command -v mpiexec)}
+MPIEXEC=${MPIEXEC:-$(command -v mpiexec || true)}
+if [ -z "$MPIEXEC" ] || [ ! -x "$MPIEXEC" ]; then
+    echo "mpirun.sh: no mpiexec found${MPIEXEC:+ at $MPIEXEC}; install one with" \
+         "'pip install \"tezip[mpi]\"' (brings mpich) or load your site's MPI, or set" \
+         "MPIEXEC=/path/to/mpiexec" >&2
+    exit 2
+fi
 
 "$MPIEXEC" -n "$NPROCS" python -m tezip prepare "${INPUTS[@]}" \
     --dataset "$DATASET" --out "$OUT" --mode rel --bound "$BOUND" --shard-size "$SHARD_MB"

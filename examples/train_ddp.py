@@ -3,16 +3,18 @@
 A tiny convolutional net learns to predict the last frame of a clip from the frames
 before it. Runs on CPU with the gloo backend; one process without torchrun.
 
-    tezip prepare run1.npy run2.npy --out dataset_dir --mode rel --bound 1e-3
+    tezip prepare data/*.npy --out dataset_dir --mode rel --bound 1e-3
     torchrun --nproc-per-node 2 examples/train_ddp.py --data dataset_dir --epochs 1
     torchrun --nproc-per-node 2 examples/train_ddp.py --data dataset_dir --map   # map-style
-    torchrun --nproc-per-node 2 examples/train_ddp.py --raw run1.npy             # raw baseline
+    torchrun --nproc-per-node 2 examples/train_ddp.py --raw data/*.npy           # raw baseline
 
-``--data`` streams with ``TezShardStream`` (whole shards per rank and worker, shuffle
-buffer, equal batches on every rank); ``--map`` uses ``TezDataset`` with a
-``DistributedSampler``; ``--raw`` reads an uncompressed ``.npy`` stack the same way
-``--map`` does, for comparison. Every epoch rank 0 prints the loss and samples/s over all
-ranks.
+``--data`` streams with ``TezShardStream`` (equal batches on every rank, one global
+order); ``--map`` uses ``TezDataset`` with a ``DistributedSampler``; ``--raw`` reads the
+uncompressed ``.npy`` stacks through the same classes (same samples, same order), for
+comparison. Stacks may have different frame shapes: by default every sample is cropped
+at random to the smallest frame size (``--crop min``, or ``--crop 64x64``); ``--group``
+keeps whole frames and makes each batch of one frame shape instead. Every epoch rank 0
+prints the loss and samples/s over all ranks.
 """
 
 from __future__ import annotations
@@ -22,37 +24,14 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 
-
-class RawClips(Dataset):
-    """Clips of consecutive frames of one ``.npy`` stack (T, H, W[, C]), scaled to
-    [0, 1] by ``(lo, hi)``; the file is memory-mapped in each process."""
-
-    def __init__(self, path: str, clip: int, stride: int, lo: float, hi: float) -> None:
-        self.path, self.clip, self.stride, self.lo, self.hi = path, clip, stride, lo, hi
-        a = np.load(path, mmap_mode="r")
-        if a.ndim not in (3, 4) or a.shape[0] < clip:
-            raise SystemExit(f"{path}: need a stack (T, H, W[, C]) of at least {clip} frames")
-        self.n = (a.shape[0] - clip) // stride + 1
-        self._a: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, k: int) -> torch.Tensor:
-        if self._a is None:
-            self._a = np.load(self.path, mmap_mode="r")
-        x = np.array(self._a[k * self.stride:k * self.stride + self.clip], np.float32)
-        return torch.from_numpy((x - self.lo) / max(self.hi - self.lo, 1e-30))
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_a": None}
+from tezip.dataset import manifest
+from tezip.dataset.torch import ShapeBatchSampler, TezDataset, TezShardStream
 
 
 class NextFrame(nn.Module):
@@ -70,12 +49,12 @@ class NextFrame(nn.Module):
         return x[:, -self.channels:] + self.net(x)   # residual on the last frame
 
 
-def as_channels(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(B, T, H, W[, C]) -> (B, T * C, H, W) and C."""
+def as_channels(x: torch.Tensor) -> torch.Tensor:
+    """(B, T, H, W[, C]) -> (B, T * C, H, W)."""
     if x.dim() == 4:
-        return x, 1
+        return x
     b, t, h, w, c = x.shape
-    return x.permute(0, 1, 4, 2, 3).reshape(b, t * c, h, w), c
+    return x.permute(0, 1, 4, 2, 3).reshape(b, t * c, h, w)
 
 
 def setup() -> tuple[int, int]:
@@ -85,21 +64,40 @@ def setup() -> tuple[int, int]:
     return 0, 1
 
 
+def parse_crop(text: str) -> tuple[int, int] | str | None:
+    if text in ("min", "none"):
+        return None if text == "none" else "min"
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--crop takes HxW, 'min' or 'none', got {text}") \
+            from None
+    return (h, w)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", type=Path, help="a data set directory (tezip prepare)")
     src.add_argument("--raw", type=Path, nargs="+",
-                     help="uncompressed .npy stacks (same frame shape), for comparison")
+                     help="uncompressed .npy stacks (the inputs of prepare), for comparison")
     p.add_argument("--map", action="store_true",
-                   help="with --data: map-style TezDataset + DistributedSampler")
+                   help="map-style TezDataset + DistributedSampler instead of the stream")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--clip", type=int, default=4, help="frames per sample (>= 2)")
     p.add_argument("--stride", type=int, default=None, help="frames between clips")
     p.add_argument("--batch-size", type=int, default=8, help="per rank")
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers per rank")
-    p.add_argument("--shuffle", type=int, default=256, help="shuffle buffer (stream)")
-    p.add_argument("--lanes", type=int, default=128, help="lanes of the stream order")
+    p.add_argument("--crop", type=parse_crop, default="min",
+                   help="random crop of every sample: HxW, 'min' (the smallest frames in "
+                        "the data set; default) or 'none'")
+    p.add_argument("--group", action="store_true",
+                   help="whole frames, batches grouped by frame shape (implies --crop none)")
+    p.add_argument("--shuffle", type=int, default=1024,
+                   help="shuffle: samples in shuffle blocks over all lanes (0: none)")
+    p.add_argument("--lanes", type=int, default=None,
+                   help="lanes of the stream order (default 128; with --group: ranks x "
+                        "workers x batch size, so that shapes are padded least)")
     p.add_argument("--cache-dir", type=Path, help="node-local staging directory")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -107,53 +105,66 @@ def main() -> None:
     args = p.parse_args()
     if args.clip < 2:
         p.error("--clip must be at least 2 (input frames + the frame to predict)")
+    crop = None if args.group else args.crop
 
     rank, world = setup()
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    sampler = None
-    if args.raw is not None:
-        arrays = [np.load(f, mmap_mode="r") for f in args.raw]
-        lo = min(float(np.nanmin(a)) for a in arrays)   # one range for all, like
-        hi = max(float(np.nanmax(a)) for a in arrays)   # tezip's normalize=True
-        ds = torch.utils.data.ConcatDataset(
-            [RawClips(str(f), args.clip, args.stride or args.clip, lo, hi) for f in args.raw])
-        what = f"raw {', '.join(f.name for f in args.raw)}"
-    else:
-        from tezip.data import TezDataset, TezShardStream
-        common = {"stride": args.stride, "normalize": True, "cache_dir": args.cache_dir}
-        if args.map:
-            ds = TezDataset(args.data, args.clip, **common)
-            what = f"tezip map-style {args.data.name}"
+    root = manifest.from_stacks(args.raw) if args.raw is not None else args.data
+    what = "raw .npy" if args.raw is not None else f"tezip {args.data.name}"
+    common = {"stride": args.stride, "normalize": True, "cache_dir": args.cache_dir,
+              "crop": crop, "seed": args.seed}
+    loader_opts: dict = {"num_workers": args.workers}
+    lanes = args.lanes or (world * max(1, args.workers) * args.batch_size if args.group
+                           else 128)
+    if args.map:
+        ds = TezDataset(root, args.clip, **common)
+        if args.group:
+            sampler = ShapeBatchSampler(ds, args.batch_size, num_replicas=world, rank=rank,
+                                        seed=args.seed)
+            loader_opts["batch_sampler"] = sampler
         else:
-            ds = TezShardStream(args.data, args.clip, shuffle=args.shuffle, seed=args.seed,
-                                lanes=args.lanes, batch_size=args.batch_size, rank=rank,
-                                world_size=world, **common)
-            what = f"tezip stream {args.data.name}"
-    if not isinstance(ds, torch.utils.data.IterableDataset):
-        sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True,
-                                     seed=args.seed)
-    loader = DataLoader(ds, batch_size=args.batch_size, sampler=sampler,
-                        num_workers=args.workers)
+            sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True,
+                                         seed=args.seed)
+            loader_opts.update(batch_size=args.batch_size, sampler=sampler)
+        epoch_setters = [sampler, ds]
+        what += " map-style"
+        per = f"{len(sampler)} {'batches' if args.group else 'samples'} per rank"
+    else:
+        ds = TezShardStream(root, args.clip, shuffle=args.shuffle, lanes=lanes,
+                            batch_size=args.batch_size, rank=rank, world_size=world,
+                            group_by_shape=args.group, **common)
+        loader_opts["batch_size"] = args.batch_size
+        epoch_setters = [ds]
+        what += " stream"
+        per = f"{len(ds)} samples per rank"
+    loader = DataLoader(ds, **loader_opts)
 
-    first = next(iter(DataLoader(ds, batch_size=1, sampler=sampler)))
-    x0, channels = as_channels(first)
-    model: nn.Module = NextFrame(args.clip - 1, channels)
+    shapes = ds.manifest.frame_shapes
+    channels = {s[2] if len(s) == 3 else 1 for s in shapes}
+    if len(channels) != 1:
+        raise SystemExit(f"frames with different channel counts {sorted(channels)}: one "
+                         "model cannot take them all")
+    c = channels.pop()
+    model: nn.Module = NextFrame(args.clip - 1, c)
     if world > 1:
         model = DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     if rank == 0:
-        print(f"{what}: {world} rank(s) x {args.workers} worker(s), {len(ds)} samples per "
-              f"{'rank' if sampler is None else 'epoch'}, sample {tuple(first.shape[1:])}",
-              flush=True)
+        frames = ", ".join("x".join(map(str, s)) for s in shapes)
+        how = ("batches grouped by shape" if args.group else
+               f"random crops {'x'.join(map(str, ds.crop))}" if ds.crop else "whole frames")
+        print(f"{what}: {world} rank(s) x {args.workers} worker(s), {per}, frames {frames}, "
+              f"{how}", flush=True)
 
     for epoch in range(args.epochs):
-        (sampler or ds).set_epoch(epoch)
+        for obj in epoch_setters:
+            obj.set_epoch(epoch)
         t0 = time.perf_counter()
         seen, loss_sum, steps = 0, 0.0, 0
         for batch in loader:
-            x, _ = as_channels(batch)
-            inp, target = x[:, :-channels], x[:, -channels:]
+            x = as_channels(batch)
+            inp, target = x[:, :-c], x[:, -c:]
             loss = nn.functional.mse_loss(model(inp), target)
             opt.zero_grad()
             loss.backward()

@@ -29,6 +29,8 @@ from tezip.errors import (  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CLIP, STRIDE = 3, 2
+# most layouts here do not divide the lanes on purpose (test_stream_options checks it warns)
+pytestmark = pytest.mark.filterwarnings("ignore:lanes .* is not a multiple")
 
 
 def _sha(path: Path) -> str:
@@ -285,14 +287,18 @@ def test_stream_decodes_each_window_once_per_consumer(dataset):
     one = _stream(dataset, world_size=1, rank=0, shuffle=40)
     list(one)
     assert one.stats["windows_decoded"] == windows
-    # 4 lanes = world 2 x workers 2 x batch 1: consumers read (almost) disjoint windows
-    total = 0
-    for r in range(2):
-        s = _stream(dataset, world_size=2, rank=r, lanes=4)
-        for w in range(2):
-            list(s._produce(s.consumer_order(r, w, 2)))
-        total += s.stats["windows_decoded"]
-    assert windows <= total <= windows + 2 * 4
+    # 4 lanes = world 2 x workers 2 x batch 1: consumers read disjoint lanes; clips of 3
+    # frames every 2 cross windows of 4, so some windows are needed by two consumers.
+    # read_cost() predicts the decodes exactly
+    for shuffle in (0, 5):
+        decodes = []
+        for r in range(2):
+            for w in range(2):
+                s = _stream(dataset, world_size=2, rank=r, lanes=4, shuffle=shuffle)
+                list(s._produce(s.consumer_order(r, w, 2)))
+                decodes.append(s.stats["windows_decoded"])
+        cost = _stream(dataset, world_size=2, rank=0, lanes=4, shuffle=shuffle).read_cost(2)
+        assert cost.windows == windows and cost.per_consumer == decodes
 
 
 def test_stream_options_and_frames(dataset, decoded):
@@ -300,6 +306,9 @@ def test_stream_options_and_frames(dataset, decoded):
     got = dict((i, x.numpy()) for i, x in s)
     assert len(got) == 60 and got[20].shape == (12, 10)
     np.testing.assert_array_equal(got[20], decoded[1][7])
+    with pytest.warns(UserWarning, match=r"lanes \(2\) is not a multiple of batch_size x "
+                                          r"world_size \(3 x 1\)"):
+        TezShardStream(dataset, lanes=2, batch_size=3, rank=0, world_size=1)
     with pytest.raises(OptionError):
         TezShardStream(dataset, clip=3, rank=2, world_size=2)
     with pytest.raises(OptionError):
@@ -416,6 +425,100 @@ def test_manifest_errors(dataset, tmp_path):
         TezDataset(tmp_path)
 
 
+# ---------------------------------------------------------------------------------------
+# frames of several shapes
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> Path:
+    a = smooth_stack((20, 12, 10), seed=1, scale=100.0)
+    b = smooth_stack((26, 16, 14), seed=2, scale=50.0)
+    c = smooth_stack((9, 12, 10), seed=3, scale=70.0)
+    return build_dataset(tmp_path_factory.mktemp("mixed") / "ds",
+                         [(a, [12]), (b, [13]), (c, [])])
+
+
+def test_mixed_shapes_stream_groups_batches_by_default(mixed):
+    from torch.utils.data import DataLoader
+    want = TezDataset(mixed, clip=CLIP, stride=STRIDE)
+    for world, workers in ((1, 2), (2, 1)):
+        seen = []
+        for r in range(world):
+            s = TezShardStream(mixed, clip=CLIP, stride=STRIDE, shuffle=20, lanes=8,
+                               batch_size=4, rank=r, world_size=world, with_index=True)
+            assert s.group_by_shape
+            n = 0
+            for ids, x in DataLoader(s, batch_size=4, num_workers=workers):  # default collate
+                for i, xi in zip(ids.tolist(), x, strict=True):
+                    np.testing.assert_array_equal(xi.numpy(), want[i].numpy())
+                n += len(ids)
+                seen += ids.tolist()
+            assert n == len(s)
+        assert set(seen) == set(range(len(want)))
+    with pytest.raises(OptionError, match="multiple of batch_size x world_size"):
+        TezShardStream(mixed, clip=CLIP, lanes=6, batch_size=4, rank=0, world_size=1)
+
+
+def test_mixed_shapes_random_crops(mixed):
+    from torch.utils.data import DataLoader
+    full = TezDataset(mixed, clip=CLIP, stride=STRIDE)
+    crop = TezDataset(mixed, clip=CLIP, stride=STRIDE, crop="min", seed=5)
+    assert crop.crop == (12, 10)
+    s = TezShardStream(mixed, clip=CLIP, stride=STRIDE, crop="min", seed=5, shuffle=10,
+                       lanes=4, rank=0, world_size=1, with_index=True)
+    assert not s.group_by_shape
+    for epoch in (0, 1):
+        crop.set_epoch(epoch)
+        s.set_epoch(epoch)
+        offsets = set()
+        for ids, x in DataLoader(s, batch_size=3, num_workers=0):
+            assert x.shape[1:] == (CLIP, 12, 10)
+            for i, xi in zip(ids.tolist(), x, strict=True):
+                np.testing.assert_array_equal(xi.numpy(), crop[i].numpy())   # same crop
+                big = full[i].numpy()
+                if big.shape[1:] != (12, 10):       # find where it was cut
+                    hits = [(y, z) for y in range(big.shape[1] - 11)
+                            for z in range(big.shape[2] - 9)
+                            if np.array_equal(big[:, y:y + 12, z:z + 10], xi.numpy())]
+                    assert hits
+                    offsets.add(hits[0])
+        assert len(offsets) > 1
+    with pytest.raises(OptionError, match="larger than the frames"):
+        TezDataset(mixed, clip=CLIP, crop=(13, 10))
+
+
+def test_mixed_shapes_map_style_batches(mixed):
+    from torch.utils.data import DataLoader
+
+    from tezip.dataset.torch import ShapeBatchSampler
+    ds = TezDataset(mixed, clip=CLIP, stride=STRIDE)
+    got = []
+    for r in range(2):
+        sampler = ShapeBatchSampler(ds, 3, num_replicas=2, rank=r, seed=1)
+        sampler.set_epoch(2)
+        batches = list(DataLoader(ds, batch_sampler=sampler, num_workers=1))
+        assert len(batches) == len(sampler)
+        got.append(len(batches))
+    assert got[0] == got[1]
+
+
+def test_raw_stacks_as_a_data_set(tmp_path):
+    from tezip.dataset import manifest
+    a = smooth_stack((20, 12, 10), seed=1)
+    b = smooth_stack((15, 16, 14), "uint16", seed=2, scale=900)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    m = manifest.from_stacks([tmp_path / "a.npy", tmp_path / "b.npy"])
+    ds = TezDataset(m, clip=CLIP, stride=STRIDE, normalize=True)
+    lo, hi = min(a.min(), b.min()), max(a.max(), b.max())
+    assert ds.value_range == (float(lo), float(hi))
+    np.testing.assert_allclose(ds[len(ds) - 1].numpy(),
+                               (b[12:15].astype(np.float32) - lo) / (hi - lo), rtol=1e-6)
+    s = TezShardStream(m, clip=CLIP, stride=STRIDE, crop="min", shuffle=8, rank=0,
+                       world_size=1)
+    assert all(x.shape == (CLIP, 12, 10) for x in s)
+
+
 def test_import_tezip_does_not_import_torch():
     code = "import sys, tezip, tezip.codec; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
@@ -474,11 +577,20 @@ def test_ddp_two_processes_uneven_shards(dataset, tmp_path):
     assert sorted(set(ids)) == list(range(n)) and len(ids) == n + 1   # 1 wrapped sample
 
 
-def test_example_runs_under_torchrun(dataset, tmp_path):
+def test_example_runs_under_torchrun(mixed, tmp_path):
+    """The DDP example on frames of three shapes (random crops by default), then its
+    raw baseline on .npy stacks of two shapes, grouped by shape, in one process."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node", "2", str(REPO / "examples" / "train_ddp.py"), "--data",
-           str(dataset), "--epochs", "1", "--clip", "3", "--batch-size", "4",
+           str(mixed), "--epochs", "1", "--clip", "3", "--batch-size", "4",
            "--workers", "1"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "samples/s" in r.stdout
+    assert "random crops 12x10" in r.stdout and "samples/s" in r.stdout
+    np.save(tmp_path / "a.npy", smooth_stack((20, 12, 10), seed=1))
+    np.save(tmp_path / "b.npy", smooth_stack((15, 16, 14), seed=2))
+    cmd = [sys.executable, str(REPO / "examples" / "train_ddp.py"), "--raw", "a.npy",
+           "b.npy", "--group", "--clip", "3", "--batch-size", "2", "--workers", "2"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "batches grouped by shape" in r.stdout and "samples/s" in r.stdout

@@ -20,9 +20,12 @@ from conftest import smooth_stack
 from exact import check_bound
 
 import tezip
-from tezip import parallel
+from tezip.dataset import comm as dcomm
+from tezip.dataset import config, plan, shards
+from tezip.dataset import prepare as prep
 from tezip.errors import InputError, TezipError
 
+REPO = Path(__file__).resolve().parents[1]
 BOUND = 1e-3
 ARGS = ("--bound", str(BOUND), "--shard-size", "0.005", "--window", "16", "--quiet")
 
@@ -101,11 +104,13 @@ def test_one_rank_manifest_and_bound(one_rank):
     assert m["codec"] == {"mode": "rel", "bound": BOUND, "rel_bound": None,
                           "predictor": "auto", "window": 16, "model": None}
     # the shipped model's hash when 'auto' may use the learned predictor, else None
-    want = tezip.predictors.model_identity(parallel.CodecConfig("rel", BOUND).options())
+    want = tezip.predictors.model_identity(config.CodecConfig("rel", BOUND).options())
     assert m["created_by"] == f"tezip {tezip.__version__}" and m["model_hash"] == want
     shards = m["shards"]
     assert [s["file"] for s in shards] == [f"shard-{i:06d}.tez" for i in range(len(shards))]
-    assert [s["source"] for s in shards] == ["a.npy"] * 3 + ["b.npy"] * 5 + ["c.h5"] * 3
+    # sources are recorded as absolute paths, usable from any directory
+    assert [s["source"] for s in shards] == [str(root / n) for n in
+                                             ["a.npy"] * 3 + ["b.npy"] * 5 + ["c.h5"] * 3]
     assert m["total_frames"] == 160 == sum(s["frames"] for s in shards)
     assert m["total_bytes"] == sum(s["bytes"] for s in shards)
     first = 0
@@ -181,6 +186,26 @@ def test_two_ranks_write_the_same_shards(one_rank):
     assert (root / "ds2" / "manifest.json").read_text() == (ds / "manifest.json").read_text()
 
 
+@needs_mpi
+def test_two_ranks_share_one_large_shard(one_rank, tmp_path):
+    """128 MB shards: each input is one shard of several windows, cut into pieces that
+    both ranks encode (then assembled); the shards are those of one rank."""
+    root, _, _ = one_rank
+    inputs = ["a.npy", "b.npy", "c.h5:/entry/data/data"]
+    args = ("--bound", str(BOUND), "--predictor", "classical", "--quiet", "--json")
+    one = json.loads(run("prepare", *inputs, "--out", tmp_path / "one", *args,
+                         cwd=root).stdout)
+    two = json.loads(run("prepare", *inputs, "--out", tmp_path / "two", *args, cwd=root,
+                         mpi=2).stdout)
+    assert one["shards"] == two["shards"] == 3
+    assert [r["pieces"] for r in one["per_rank"]] == [3]
+    assert all(r["pieces"] >= 2 for r in two["per_rank"])
+    assert sum(r["pieces"] for r in two["per_rank"]) > 3
+    assert shard_digests(tmp_path / "one") == shard_digests(tmp_path / "two")
+    assert (tmp_path / "one" / "manifest.json").read_text() == \
+        (tmp_path / "two" / "manifest.json").read_text()
+
+
 def test_resume_rewrites_only_what_is_missing(one_rank, tmp_path):
     root, ds, _ = one_rank
     work = tmp_path / "w"
@@ -195,7 +220,8 @@ def test_resume_rewrites_only_what_is_missing(one_rank, tmp_path):
     after = {p.name: p.stat().st_mtime_ns for p in d.glob("shard-*.tez")}
     changed = {k for k in after if after[k] != before.get(k)}
     assert changed == {"shard-000002.tez", "shard-000005.tez"}
-    assert (d / "manifest.json").read_text() == (ds / "manifest.json").read_text()
+    assert (d / "manifest.json").read_text() == \
+        (ds / "manifest.json").read_text().replace(str(root), str(work))
     # other options: nothing is reused, the manifest follows
     p = run("prepare", "a.npy", "--out", "ds", "--bound", "1e-2", "--shard-size", "0.005",
             "--window", "16", "--quiet", cwd=work)
@@ -269,7 +295,7 @@ def test_failing_input_one_rank(tmp_path):
 def test_failure_while_encoding_keeps_finished_shards(tmp_path, monkeypatch):
     make_inputs(tmp_path)
     monkeypatch.chdir(tmp_path)
-    real = parallel.compress_stack
+    real = shards.compress_stack
 
     def flaky(view, path, *a, **k):
         meta = view.metadata
@@ -277,24 +303,24 @@ def test_failure_while_encoding_keeps_finished_shards(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device", str(path))
         return real(view, path, *a, **k)
 
-    monkeypatch.setattr(parallel, "compress_stack", flaky)
-    cfg = parallel.PrepareConfig(("a.npy", "b.npy", "c.h5"), Path("ds"),
-                                 parallel.CodecConfig("rel", BOUND, window=16),
-                                 shard_size_mb=0.005,
-                                 progress=False)
-    with pytest.raises(parallel.RankFailure, match="rank 0 failed on b.npy: No space left"):
-        parallel.prepare(cfg, parallel.SerialComm())
+    monkeypatch.setattr(shards, "compress_stack", flaky)
+    cfg = config.PrepareConfig(("a.npy", "b.npy", "c.h5"), Path("ds"),
+                               config.CodecConfig("rel", BOUND, window=16),
+                               shard_size_mb=0.005,
+                               progress=False)
+    with pytest.raises(prep.RankFailure, match="rank 0 failed on b.npy: No space left"):
+        prep.prepare(cfg, dcomm.SerialComm())
     assert not (tmp_path / "ds" / "manifest.json").exists()
     assert len(list((tmp_path / "ds").glob("shard-*.tez.json"))) == 5   # a: 3, b: 2
-    monkeypatch.setattr(parallel, "compress_stack", real)
-    res = parallel.prepare(cfg, parallel.SerialComm())
+    monkeypatch.setattr(shards, "compress_stack", real)
+    res = prep.prepare(cfg, dcomm.SerialComm())
     assert (res.shards_written, res.shards_reused) == (6, 5)
 
 
 def test_plan_is_window_aligned_and_independent_of_ranks():
-    info = parallel.SourceInfo((1000, 64, 64), "float32", None, [0, 0], est_ratio=4.0)
-    codec = parallel.CodecConfig("rel", BOUND, window=16)
-    shards = parallel.plan_shards([info, info], codec, target_bytes=1_000_000)
+    info = plan.SourceInfo((1000, 64, 64), "float32", None, (0, 0), est_ratio=4.0)
+    codec = config.CodecConfig("rel", BOUND, window=16)
+    shards = plan.plan_shards([info, info], codec, target_bytes=1_000_000)
     per = [s for s in shards if s.source == 0]
     assert len(per) == 5        # 16.4 MB raw / ratio 4 / 1 MB -> 5 shards
     assert per[0].t0 == 0 and per[-1].t1 == 1000
@@ -302,36 +328,36 @@ def test_plan_is_window_aligned_and_independent_of_ranks():
     assert all(a.t1 == b.t0 for a, b in zip(per, per[1:], strict=False))
     assert max(s.t1 - s.t0 for s in per) - min(s.t1 - s.t0 for s in per) <= 16
     assert [s.index for s in shards] == list(range(10))
-    owners = parallel.assign([s.raw_bytes for s in shards], 3)
+    owners = plan.assign([s.raw_bytes for s in shards], 3)
     loads = [sum(s.raw_bytes for s, o in zip(shards, owners, strict=True) if o == r)
              for r in range(3)]
     assert max(loads) - min(loads) <= max(s.raw_bytes for s in shards)
-    assert parallel.assign([5, 5, 5], 1) == [0, 0, 0]
+    assert plan.assign([5, 5, 5], 1) == [0, 0, 0]
 
 
 def test_plan_never_makes_a_one_frame_shard():
-    codec = parallel.CodecConfig("lossless", window=16)
-    info = parallel.SourceInfo((33, 8, 8), "uint8", None, [0, 0], est_ratio=1.0)
-    shards = parallel.plan_shards([info], codec, target_bytes=64 * 16)
+    codec = config.CodecConfig("lossless", window=16)
+    info = plan.SourceInfo((33, 8, 8), "uint8", None, (0, 0), est_ratio=1.0)
+    shards = plan.plan_shards([info], codec, target_bytes=64 * 16)
     assert [(s.t0, s.t1) for s in shards] == [(0, 16), (16, 33)]
-    big = parallel.SourceInfo((5, 8192, 16384), "uint8", None, [0, 0], est_ratio=1.0)
-    shards = parallel.plan_shards([big], codec, target_bytes=1)     # 1-frame windows
+    big = plan.SourceInfo((5, 8192, 16384), "uint8", None, (0, 0), est_ratio=1.0)
+    shards = plan.plan_shards([big], codec, target_bytes=1)     # 1-frame windows
     assert [(s.t0, s.t1) for s in shards] == [(0, 2), (2, 5)]
 
 
 def test_expand_inputs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     make_inputs(Path("runs"))
-    src = parallel.expand_inputs(["runs/*.npy", "runs/a.npy", "runs"], dataset="/entry/data/data")
+    src = plan.expand_inputs(["runs/*.npy", "runs/a.npy", "runs"], dataset="/entry/data/data")
     assert [(s.path, s.dataset) for s in src] == [
         ("runs/a.npy", None), ("runs/b.npy", None),
         ("runs/c.h5", "/entry/data/data")]
-    src = parallel.expand_inputs(["runs/c.h5:/entry/data/data"])
-    assert src == [parallel.Source("runs/c.h5", "/entry/data/data")]
+    src = plan.expand_inputs(["runs/c.h5:/entry/data/data"])
+    assert src == [plan.Source("runs/c.h5", "/entry/data/data")]
     with pytest.raises(InputError, match="no file matches"):
-        parallel.expand_inputs(["runs/*.tif"])
+        plan.expand_inputs(["runs/*.tif"])
     with pytest.raises(TezipError, match="HDF5"):
-        parallel.expand_inputs(["runs/a.npy:/x"])
+        plan.expand_inputs(["runs/a.npy:/x"])
 
 
 def test_no_mpi_launcher_means_one_rank(monkeypatch):
@@ -339,4 +365,22 @@ def test_no_mpi_launcher_means_one_rank(monkeypatch):
         if k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDI_")):
             monkeypatch.delenv(k)
     monkeypatch.delenv("TEZIP_MPI", raising=False)
-    assert isinstance(parallel.get_comm(), parallel.SerialComm)
+    assert isinstance(dcomm.get_comm(), dcomm.SerialComm)
+
+
+def test_mpirun_template_quotes_inputs_and_names_a_missing_mpiexec(tmp_path):
+    script = REPO / "cli" / "mpirun.sh"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    p = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=30)
+    assert p.returncode == 2 and "no mpiexec found" in p.stderr
+    fake = tmp_path / "mpiexec"                 # prints the arguments it gets, one a line
+    fake.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    fake.chmod(0o755)
+    (tmp_path / "x1.h5").write_bytes(b"")       # a glob the shell could expand
+    p = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path,
+                       env={**env, "MPIEXEC": str(fake), "NPROCS": "3",
+                            "INPUTS": "*.h5 b c.h5:/entry/data"}, timeout=30)
+    args = p.stdout.splitlines()
+    assert args[:2] == ["-n", "3"]
+    assert args[args.index("prepare") + 1:][:3] == ["*.h5", "b", "c.h5:/entry/data"]

@@ -605,14 +605,48 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], threads: int) -
                 f.cancel()
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """The classical configurations a stack's windows choose among (None: no tuning, as
+    for bit-exact floats), ranked on the stack's first window."""
+
+    finalists: list[tuple[str, dict]] | None
+
+
+def _tune_on(head: np.ndarray, qp: QuantParams, classical: tuple[str, ...]) -> Tuning:
+    if not classical or qp.kind == "bits":
+        return Tuning(None)
+    return Tuning(tune(np.ascontiguousarray(head), quantizer(qp), classical))
+
+
+def tune_stack(stack: Any, options: Options,
+               vrange: tuple[float, float] | None = None) -> Tuning:
+    """What ``compress_stack(stack, ..., vrange=vrange)`` tunes on its first window: pass
+    it to the compression of later frames of the same stack to code them the same way."""
+    shape = tuple(int(s) for s in stack.shape)
+    dtype = np.dtype(stack.dtype)
+    check_stack(shape, dtype)
+    if vrange is None:
+        vrange = (0.0, 0.0)
+        if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
+            vrange = value_range(stack)
+    qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
+    wlen = window_length(options.window, math.prod(shape[1:]))
+    classical = tuple(c for c in options.candidates(False) if c != "learned")
+    return _tune_on(stack.read(0, min(wlen, shape[0])), qp, classical)
+
+
 def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, *,
                    force: bool = False, fileobj: Any = None,
                    progress: Callable[[int], None] | None = None,
-                   vrange: tuple[float, float] | None = None) -> Stats:
+                   vrange: tuple[float, float] | None = None,
+                   tuning: Tuning | None = None) -> Stats:
     """Compress a reader (``shape``, ``dtype``, ``read(t0, t1)``, ``metadata``) into a .tez
     file at ``out`` (atomically) or into ``fileobj``. ``vrange`` (min, max of the finite
     values) overrides the stack's own, e.g. so that every shard of a larger stack resolves a
-    relative bound against the whole stack's range."""
+    relative bound against the whole stack's range. ``tuning`` (from ``tune_stack``)
+    overrides the tuning on this stack's first window, e.g. so that the pieces of one
+    shard, encoded apart, write the same bytes as the whole shard."""
     shape = tuple(int(s) for s in stack.shape)
     dtype = np.dtype(stack.dtype)
     check_stack(shape, dtype)
@@ -653,8 +687,11 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         frames = ((t0, t1, first if i == 0 else stack.read(t0, t1))
                   for i, (t0, t1) in enumerate(plan))
         classical = tuple(c for c in candidates if c != "learned")
-        finalists = tune(np.ascontiguousarray(first), quantizer(qp), classical) \
-            if classical and qp.kind != "bits" else None
+        if tuning is None:
+            head = first if plan[0] == (0, min(wlen, shape[0])) else \
+                stack.read(0, min(wlen, shape[0]))
+            tuning = _tune_on(head, qp, classical)
+        finalists = tuning.finalists
 
         def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, Encoded]:
             t0, t1, x = item

@@ -1,0 +1,83 @@
+"""The configuration of a ``tezip prepare`` run (what the user asked for)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import make_bound, predictors
+from ..codec import DEFAULT_WINDOW, Options
+from ..errors import OptionError
+
+DEFAULT_SHARD_MB = 128.0
+
+
+@dataclass(frozen=True)
+class CodecConfig:
+    """The codec options as the user gave them (also what the manifest records)."""
+
+    mode: str = "lossless"
+    bound: float | None = None
+    rel_bound: float | None = None
+    predictor: str = "auto"
+    window: int = DEFAULT_WINDOW
+    model: str | None = None            # learned model file (None: the shipped default)
+
+    @classmethod
+    def from_cli(cls, mode: str | None, bound: float | None, rel_bound: float | None,
+                 predictor: str = "auto", window: int = DEFAULT_WINDOW,
+                 model: str | None = None) -> CodecConfig:
+        """The same defaults and checks as ``tezip compress``."""
+        if mode is None:
+            mode = "rel" if bound is not None else "lossless"
+        if mode == "absrel" and rel_bound is None:
+            raise OptionError("mode 'absrel' needs both --bound (absolute) and --rel-bound")
+        if mode != "absrel" and rel_bound is not None:
+            raise OptionError("--rel-bound is only for --mode absrel")
+        cfg = cls(mode, bound, rel_bound, predictor, window,
+                  None if model is None else str(model))
+        cfg.options()  # validates
+        return cfg
+
+    def options(self) -> Options:
+        return Options(make_bound(self.mode, self.bound, self.rel_bound),
+                       predictor=self.predictor, window=self.window, model=self.model)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def model_identity(self) -> str | None:
+        """The content hash of the model the shards may use (None: classical only)."""
+        return predictors.model_identity(self.options())
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """One ``tezip prepare`` run. ``pieces_per_rank`` (with more than one rank): the
+    shards to write are cut into about this many window-aligned pieces per rank, handed
+    out to ranks as they become free, so that no rank idles while another still has a
+    large stack to encode."""
+
+    inputs: tuple[str, ...]
+    out: Path
+    codec: CodecConfig = field(default_factory=CodecConfig)
+    dataset: str | None = None          # for HDF5 inputs without FILE:/dataset
+    shard_size_mb: float = DEFAULT_SHARD_MB
+    force: bool = False                 # rewrite every shard, trust nothing on disk
+    progress: bool = True               # rank 0 prints the aggregated progress line
+    pieces_per_rank: int = 16
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise OptionError("no inputs given")
+        if not (self.shard_size_mb > 0 and math.isfinite(self.shard_size_mb)):
+            raise OptionError(f"--shard-size must be a positive number of MB, "
+                              f"got {self.shard_size_mb}")
+        if self.pieces_per_rank < 1:
+            raise OptionError(f"pieces_per_rank must be >= 1, got {self.pieces_per_rank}")
+
+    @property
+    def target_bytes(self) -> int:
+        return max(1, int(self.shard_size_mb * 1e6))
