@@ -1,13 +1,14 @@
-"""Bits per value of each predictor on the shared stacks: the table in
-pretrained/MODEL_CARD.md.
+"""What the learned forecaster earns: bits per value and decoding speed of the classical
+predictors, the shipped model, ``auto`` and ``auto --adapt`` on the shared stacks (the
+tables in pretrained/MODEL_CARD.md and issue 12).
 
-    python benchmarks/model_card_bits.py [--data DIR] [--bound 1e-3] [--window 16]
-        [--model pretrained/default.safetensors] [--out-md benchmarks/results/model_card_bits.md]
+    python benchmarks/model_card_bits.py [--data DIR] [--bounds 1e-3] [--adapt-seconds 30]
+        [--threads 1] [--out-md benchmarks/results/model_card_bits.md]
 
-Each ``*.npy`` stack is compressed whole with one predictor at a time (``--mode rel``,
-bound a fraction of its value range, windows of ``--window`` frames) and the coded size
-of the whole file is reported as bits per value (8 x bytes / values; header included).
-Every result is decoded and checked against the bound.
+Each ``*.npy`` stack is compressed whole with each choice (``--mode rel``, the default
+window), decoded with ``--threads`` threads (best of 2, wall clock, MB/s of raw data)
+and checked against the bound. Bits per value = 8 x file bytes / values, header and any
+stored model included.
 """
 
 from __future__ import annotations
@@ -28,60 +29,88 @@ import tezip  # noqa: E402
 from tezip.atomic import atomic_output  # noqa: E402
 from tezip.bench import value_range  # noqa: E402
 
-CLASSICAL = ("previous", "lorenzo", "spatial", "interp")
-LEARNED = ("prednet", "prednet+interp")
+CHOICES = {  # name: keyword arguments of tezip.compress
+    "classical": {"predictor": "classical"},
+    "learned (shipped)": {"predictor": "learned"},
+    "auto": {"predictor": "auto"},
+    "auto --adapt": {"predictor": "auto", "adapt": True},
+}
+
+
+def _predictors(blob: bytes) -> str:
+    with tezip.TezFile(blob) as f:
+        used: dict[str, int] = {}
+        for i in range(f.n_windows):
+            w = f.window_meta(i)["p"]
+            used[w] = used.get(w, 0) + 1
+    return " ".join(f"{k}x{v}" for k, v in sorted(used.items()))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
-    ap.add_argument("--bound", type=float, default=1e-3)
-    ap.add_argument("--window", type=int, default=16)
-    ap.add_argument("--model", type=Path, default=REPO / "pretrained" / "default.safetensors")
+    ap.add_argument("--bounds", default="1e-3")
+    ap.add_argument("--adapt-seconds", type=float, default=30.0)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out-md", type=Path, default=REPO / "benchmarks" / "results" /
                     "model_card_bits.md")
     a = ap.parse_args()
+    bounds = [float(b) for b in a.bounds.split(",")]
     rows = []
     for path in sorted(a.data.glob("*.npy")):
         x = np.load(path)
         lo, hi = value_range(x)
-        row = {"data": path.stem, "shape": list(x.shape), "dtype": str(x.dtype), "bits": {},
-               "seconds": {}}
-        for pred in CLASSICAL + LEARNED:
-            t = time.perf_counter()
-            blob = tezip.compress(x, mode="rel", bound=a.bound, predictor=pred,
-                                  window=a.window, model=a.model)
-            row["seconds"][pred] = round(time.perf_counter() - t, 2)
-            back = tezip.decompress(blob, model=a.model)
-            err = np.abs(back.astype(np.float64) - x.astype(np.float64))
-            fin = np.isfinite(err)
-            limit = a.bound * (hi - lo)
-            if not (err[fin] <= limit).all():     # a float check; the bound audit is exact
-                print(f"{path.stem} {pred}: bound exceeded", file=sys.stderr)
-                return 1
-            row["bits"][pred] = 8 * len(blob) / x.size
-            print(f"{path.stem:16s} {pred:16s} {row['bits'][pred]:.3f} bits/value", flush=True)
-        rows.append(row)
+        for bound in bounds:
+            row = {"data": path.stem, "shape": list(x.shape), "dtype": str(x.dtype),
+                   "bound": bound, "bits": {}, "decode_mbs": {}, "encode_s": {},
+                   "windows": {}}
+            for name, kw in CHOICES.items():
+                t = time.perf_counter()
+                blob = tezip.compress(x, mode="rel", bound=bound, threads=a.threads,
+                                      adapt_seconds=a.adapt_seconds, **kw)
+                row["encode_s"][name] = round(time.perf_counter() - t, 2)
+                best = float("inf")
+                for _ in range(2):
+                    t = time.perf_counter()
+                    back = tezip.decompress(blob, threads=a.threads)
+                    best = min(best, time.perf_counter() - t)
+                err = np.abs(back.astype(np.float64) - x.astype(np.float64))
+                fin = np.isfinite(err)
+                if not (err[fin] <= bound * (hi - lo)).all():  # float check; audit is exact
+                    print(f"{path.stem} {name}: bound exceeded", file=sys.stderr)
+                    return 1
+                row["bits"][name] = 8 * len(blob) / x.size
+                row["decode_mbs"][name] = x.nbytes / best / 1e6
+                row["windows"][name] = _predictors(blob)
+                print(f"{path.stem:14s} {bound:g} {name:18s} {row['bits'][name]:.3f} bits/value"
+                      f"  decode {row['decode_mbs'][name]:6.1f} MB/s  {row['windows'][name]}",
+                      flush=True)
+            rows.append(row)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    md = [f"# Bits per value by predictor (`python benchmarks/model_card_bits.py`, commit "
-          f"{commit})", "",
-          f"Whole stacks, `--mode rel --bound {a.bound:g}`, windows of {a.window} frames, model "
-          f"`{a.model.name}`; 8 x file bytes / values (header included); lower is better.",
-          "", "| data | shape | " + " | ".join(CLASSICAL + LEARNED) + " | best classical | "
-          "prednet+interp vs best classical |",
-          "|---|---|" + "---|" * (len(CLASSICAL + LEARNED) + 2)]
+    names = list(CHOICES)
+    md = [f"# What the learned forecaster earns (`python benchmarks/model_card_bits.py "
+          f"--bounds {a.bounds} --adapt-seconds {a.adapt_seconds:g} --threads {a.threads}`, "
+          f"commit {commit})", "",
+          "Whole stacks, `--mode rel`; bits per value = 8 x file bytes / values (header and "
+          "stored model included; lower is better); decode MB/s of raw data with "
+          f"{a.threads} thread(s), best of 2; the windows' predictors in the last column.",
+          "", "| data | bound | " + " | ".join(names) + " | auto --adapt vs classical | "
+          "decode MB/s: " + " / ".join(names) + " | auto --adapt windows |",
+          "|---|---|" + "---|" * (len(names) + 3)]
     for r in rows:
-        best = min(CLASSICAL, key=lambda p: r["bits"][p])
-        gain = r["bits"]["prednet+interp"] / r["bits"][best] - 1
-        md.append(f"| {r['data']} | {'x'.join(map(str, r['shape']))} {r['dtype']} | "
-                  + " | ".join(f"{r['bits'][p]:.3f}" for p in CLASSICAL + LEARNED)
-                  + f" | {best} | {gain:+.0%} |")
+        gain = r["bits"]["auto --adapt"] / r["bits"]["classical"]
+        md.append(f"| {r['data']} | {r['bound']:g} | "
+                  + " | ".join(f"{r['bits'][p]:.3f}" for p in names)
+                  + f" | {gain:.2f}x | "
+                  + " / ".join(f"{r['decode_mbs'][p]:.0f}" for p in names)
+                  + f" | {r['windows']['auto --adapt']} |")
     with atomic_output(a.out_md, force=True) as tmp:
         Path(tmp).write_text("\n".join(md) + "\n")
     with atomic_output(a.out_md.with_suffix(".json"), force=True) as tmp:
-        Path(tmp).write_text(json.dumps({"commit": commit, "bound": a.bound,
-                                         "window": a.window, "rows": rows}, indent=1) + "\n")
+        Path(tmp).write_text(json.dumps({"commit": commit, "bounds": bounds,
+                                         "adapt_seconds": a.adapt_seconds,
+                                         "threads": a.threads, "rows": rows}, indent=1) + "\n")
     print("\n".join(md))
     return 0
 

@@ -126,10 +126,14 @@ def compress(array: np.ndarray, mode: str = "rel", bound: float | None = 1e-3, *
              rel_bound: float | None = None, predictor: str = "auto",
              window: int = DEFAULT_WINDOW, metadata: dict | None = None,
              model: str | os.PathLike | None = None, threshold: float | None = None,
-             threads: int | None = None) -> bytes:
+             threads: int | None = None, adapt: bool = False, adapt_seconds: float = 30.0,
+             min_decode_mbps: float | None = None) -> bytes:
     """Compress a (T, H, W) or (T, H, W, C) array into the bytes of a .tez file.
     ``bound``: the bound of ``mode`` (for ``absrel`` the absolute one, with ``rel_bound``
     the relative one); ``model``: learned model file (default: the shipped one);
+    ``adapt``: fit the learned forecaster to ``array`` within ``adapt_seconds`` (needs
+    PyTorch) and store it in the file; ``min_decode_mbps``: use the learned predictor only
+    where it decodes at least this fast (MB/s per core);
     ``threshold``: dynamic windows (see ``tezip.windows.dynamic_windows``); ``metadata``:
     a JSON-like dict stored in the header; ``threads``: windows coded in parallel
     (default: one thread per CPU)."""
@@ -137,7 +141,8 @@ def compress(array: np.ndarray, mode: str = "rel", bound: float | None = 1e-3, *
         bound = None
     opts = Options(make_bound(mode, bound, rel_bound), predictor=predictor, window=window,
                    model=None if model is None else str(model), threshold=threshold,
-                   threads=threads)
+                   threads=threads, adapt=bool(adapt), adapt_seconds=adapt_seconds,
+                   min_decode_mbps=min_decode_mbps)
     if metadata is not None and not isinstance(metadata, dict):
         raise OptionError(f"metadata must be a dict, got {type(metadata).__name__}")
     meta = _json_metadata(metadata or {})

@@ -416,13 +416,19 @@ def _verify_dataset(directory: Path, as_json: bool) -> None:
 @click.option("--shard-size", default=128.0, show_default=True, type=float,
               help="target compressed size of one shard, in MB")
 @click.option("--model", type=click.Path(path_type=Path), help=_MODEL_HELP)
+@click.option("--adapt", is_flag=True,
+              help="fit one learned forecaster to the whole data set, data-parallel over "
+                   "the ranks (needs PyTorch); saved once in --out and listed in the "
+                   "manifest; windows use it where it codes smaller")
+@click.option("--adapt-seconds", default=60.0, show_default=True, type=float,
+              help="time budget of --adapt")
 @click.option("--force", is_flag=True, help="rewrite every shard instead of resuming")
 @click.option("--quiet", is_flag=True, help="no progress line")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float | None,
             rel_bound: float | None, predictor: str, window: int, dataset: str | None,
-            shard_size: float, model: Path | None, force: bool, quiet: bool,
-            as_json: bool) -> None:
+            shard_size: float, model: Path | None, adapt: bool, adapt_seconds: float,
+            force: bool, quiet: bool, as_json: bool) -> None:
     """Compress INPUTS (files, quoted globs, folders, FILE.h5:/dataset) into .tez shards
     and a manifest.json in --out, over MPI ranks when started by mpirun/mpiexec/srun
     (`pip install tezip[mpi]`); one rank otherwise. A rerun resumes: shards already
@@ -435,7 +441,8 @@ def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float |
                                               _model(model))
         cfg = parallel.PrepareConfig(tuple(inputs), out, codec, dataset=dataset,
                                      shard_size_mb=shard_size, force=force,
-                                     progress=not quiet and not as_json)
+                                     progress=not quiet and not as_json, adapt=adapt,
+                                     adapt_seconds=adapt_seconds)
         result = parallel.prepare(cfg, comm)
     except TezipError as exc:
         if comm.rank != 0 or (isinstance(exc, parallel.RankFailure) and not exc.report):

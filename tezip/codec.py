@@ -69,6 +69,7 @@ class Options:
     adapt: bool = False
     adapt_seconds: float = 30.0
     min_decode_mbps: float | None = None
+    embed_model: bool = True            # store a non-shipped ``model`` in each file
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not (self.threshold > 0 and
@@ -538,7 +539,7 @@ def resolve_model(stack: Any, options: Options, qp: QuantParams,
         return adapt_model(stack, qp, options.adapt_seconds, progress), True
     if options.model is not None:
         m = registry.from_file(options.model)
-        return m, not registry.is_shipped(m.hash)
+        return m, options.embed_model and not registry.is_shipped(m.hash)
     return registry.default(), False
 
 

@@ -31,11 +31,11 @@ from .errors import InputError, OptionError
 class TrainConfig:
     hidden: tuple[int, ...] = (8,)
     clip: int = 8
-    crop: int = 64
-    batch: int = 8
+    crop: int = 32
+    batch: int = 16
     steps: int = 100_000
     seconds: float = 120.0
-    lr: float = 3e-3
+    lr: float = 2e-2
     bound: float = 1e-3
     val_fraction: float = 0.2
     seed: int = 0
@@ -207,10 +207,10 @@ import click  # noqa: E402
               help="training time budget (wall clock)")
 @click.option("--steps", default=100_000, show_default=True, type=int,
               help="at most this many optimisation steps")
-@click.option("--batch", default=8, show_default=True, type=int)
+@click.option("--batch", default=16, show_default=True, type=int)
 @click.option("--clip", default=8, show_default=True, type=int, help="frames per training clip")
-@click.option("--crop", default=64, show_default=True, type=int, help="crop side in pixels")
-@click.option("--lr", default=3e-3, show_default=True, type=float)
+@click.option("--crop", default=32, show_default=True, type=int, help="crop side in pixels")
+@click.option("--lr", default=2e-2, show_default=True, type=float)
 @click.option("--bound", default=1e-3, show_default=True, type=float,
               help="reconstruction noise to train with, a fraction of each stack's range")
 @click.option("--init", help="'default' (fine-tune the shipped model) or a model file")

@@ -12,6 +12,8 @@ import os
 import time
 from typing import Any, Protocol
 
+import numpy as np
+
 from .. import mpi_env
 from ..errors import OptionError
 
@@ -29,6 +31,8 @@ class Comm(Protocol):
     size: int
 
     def allgather(self, obj: Any) -> list[Any]: ...
+    def allreduce_sum(self, values: np.ndarray) -> None: ...
+    def allreduce_max(self, value: float) -> float: ...
     def bcast(self, obj: Any) -> Any: ...
     def send(self, obj: Any, dest: int) -> None: ...
     def poll(self) -> list[tuple[int, Any]]: ...
@@ -43,6 +47,12 @@ class SerialComm:
 
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]
+
+    def allreduce_sum(self, values: np.ndarray) -> None:
+        pass
+
+    def allreduce_max(self, value: float) -> float:
+        return value
 
     def bcast(self, obj: Any) -> Any:
         return obj
@@ -82,6 +92,14 @@ class MpiComm:
     def bcast(self, obj: Any) -> Any:
         self._settle()
         return self._c.bcast(obj, root=0)
+
+    def allreduce_sum(self, values: np.ndarray) -> None:
+        """Sum a contiguous float array over the ranks, in place (gradients: every
+        rank calls it once per training step, so no settling sleep)."""
+        self._c.Allreduce(self._mpi.IN_PLACE, values, op=self._mpi.SUM)
+
+    def allreduce_max(self, value: float) -> float:
+        return float(self._c.allreduce(float(value), op=self._mpi.MAX))
 
     def send(self, obj: Any, dest: int) -> None:
         self._reqs = [r for r in self._reqs if not r.Test()]

@@ -68,6 +68,8 @@ class PrepareConfig:
     force: bool = False                 # rewrite every shard, trust nothing on disk
     progress: bool = True               # rank 0 prints the aggregated progress line
     pieces_per_rank: int = 16
+    adapt: bool = False                 # fit one forecaster to the data set (all ranks)
+    adapt_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -75,6 +77,13 @@ class PrepareConfig:
         if not (self.shard_size_mb > 0 and math.isfinite(self.shard_size_mb)):
             raise OptionError(f"--shard-size must be a positive number of MB, "
                               f"got {self.shard_size_mb}")
+        if self.adapt and self.codec.predictor not in ("auto", "learned"):
+            raise OptionError(f"--adapt fits a learned predictor; it does not go with "
+                              f"--predictor {self.codec.predictor}")
+        if self.adapt and self.codec.model is not None:
+            raise OptionError("--adapt fits a new model; it does not go with --model")
+        if not (self.adapt_seconds > 0 and math.isfinite(self.adapt_seconds)):
+            raise OptionError(f"--adapt-seconds must be positive, got {self.adapt_seconds}")
         if self.pieces_per_rank < 1:
             raise OptionError(f"pieces_per_rank must be >= 1, got {self.pieces_per_rank}")
 

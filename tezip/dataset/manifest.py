@@ -82,6 +82,16 @@ class Manifest:
         return list(dict.fromkeys(s.frame_shape for s in self.shards))
 
 
+def model_path(manifest: Manifest) -> Path | None:
+    """The data set's own model file (``prepare --adapt``), or None."""
+    name = manifest.raw.get("model_file")
+    if name is None:
+        return None
+    if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+        raise CorruptFileError(f"{manifest.root / MANIFEST}: bad model_file {name!r}")
+    return manifest.root / name
+
+
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -185,8 +195,9 @@ def from_stacks(paths: Iterable[str | os.PathLike[str]]) -> Manifest:
 
 
 def build(codec: dict[str, Any], entries: list[dict[str, Any]],
-          model_hash: str | None = None) -> dict[str, Any]:
-    """A manifest from shard entries (``first_frame`` is filled in here)."""
+          model_hash: str | None = None, model_file: str | None = None) -> dict[str, Any]:
+    """A manifest from shard entries (``first_frame`` is filled in here); ``model_file``:
+    the data set's own model (``prepare --adapt``), in the data set directory."""
     first = 0
     shards = []
     for e in entries:
@@ -194,7 +205,8 @@ def build(codec: dict[str, Any], entries: list[dict[str, Any]],
         first += int(e["frames"])
     raw = sum(math.prod(e["shape"]) * np.dtype(e["dtype"]).itemsize for e in entries)
     return {"format": FORMAT, "version": VERSION, "created_by": f"tezip {__version__}",
-            "codec": codec, "model_hash": model_hash, "total_frames": first,
+            "codec": codec, "model_hash": model_hash,
+            **({"model_file": model_file} if model_file else {}), "total_frames": first,
             "total_raw_bytes": raw, "total_bytes": sum(int(e["bytes"]) for e in entries),
             "shards": shards}
 
@@ -293,4 +305,10 @@ def verify(directory: str | os.PathLike[str],
     if raw.get("total_frames") != rep.frames:
         rep.problems.append((MANIFEST, f"total_frames {raw.get('total_frames')} but the "
                                        f"shards hold {rep.frames}"))
+    name = raw.get("model_file")
+    if name is not None:        # prepare --adapt: the model the shards need to decode
+        if not isinstance(name, str) or Path(name).name != name or not (root / name).is_file():
+            rep.problems.append((str(name), "the data set's model is missing"))
+        elif sha256_file(root / name) != raw.get("model_hash"):
+            rep.problems.append((name, "sha256 is not the manifest's model_hash (damaged)"))
     return rep

@@ -10,7 +10,7 @@ import heapq
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -194,7 +194,9 @@ def scan_source(src: Source, codec: CodecConfig, target_bytes: int) -> SourceInf
         if math.prod(shape) * dtype.itemsize > target_bytes:
             n = min(shape[0], max(2, effective_window(codec, shape)))
             sample = ArrayStack(stack.read(0, n))
-            stats = compress_stack(sample, None, codec.options(), fileobj=_Counter())
+            # classical predictors: a cheap estimate, and no model needed yet (--adapt)
+            opts = replace(codec.options(), predictor="classical", model=None)
+            stats = compress_stack(sample, None, opts, fileobj=_Counter())
             ratio = min(MAX_EST_RATIO, max(1.0, stats.ratio))
     return SourceInfo(shape, dtype.name, meta.get("dataset") if meta.get("format") == "hdf5"
                       else None, identity(src.path), ratio)

@@ -40,14 +40,17 @@ import contextlib
 import os
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .. import io
 from ..errors import OutputError
+from ..io import atomic_output
 from . import manifest as mf
 from . import shards as sh
+from .adapt import ADAPTED, fit_dataset
+from .adapt import existing as existing_model
 from .comm import Comm, get_comm
 from .config import CodecConfig, PrepareConfig
 from .encode import Encoder
@@ -153,6 +156,7 @@ class Run:
         self.parts: dict[int, list[float] | None] = {}     # by shard
         self.vranges: list[tuple[float, float] | None] = []
         self._stacks: OrderedDict[int, Any] = OrderedDict()
+        self.model: Any = None          # --adapt: the data set's model, once known
 
     # helpers ----------------------------------------------------------------------------
 
@@ -239,6 +243,8 @@ class Run:
                 if self.comm.size > 1 else max(1, total))
         self.pieces = plan_pieces(self.shards, self.infos, self.codec, size)
         model = self.codec.model_identity()
+        if self.cfg.adapt:      # shards of an earlier run count only with the same model
+            model = self.model.hash if self.model is not None else "adapt: not fitted yet"
         self.keys = {s.index: sh.shard_key(self.codec, model, self.sources[s.source],
                                            self.infos[s.source], s) for s in self.shards}
 
@@ -306,13 +312,57 @@ class Run:
         self.stats.shards_written += 1
         return ShardDone(rec, mhash)
 
+    def use_model(self, data: bytes) -> None:
+        """Code the shards with the data set's adapted model (named by hash, not stored
+        in each shard: it sits once in the data set directory)."""
+        from ..learned import registry
+
+        self.model = registry.from_embedded(data, str(self.cfg.out / ADAPTED))
+        self.options = replace(self.options, model=str(self.cfg.out / ADAPTED),
+                               embed_model=False)
+
+    def reuse_model(self) -> None:
+        """--adapt rerun without --force: the model of the earlier run, if it is there."""
+        data = None
+        if self.root and not self.cfg.force:
+            with contextlib.suppress(OSError):
+                data = existing_model(self.cfg.out)
+        data = self.comm.bcast(data)
+        if data is not None:
+            self.use_model(data)
+
+    def adapt(self) -> None:
+        """--adapt: fit the data set's model over all ranks; rank 0 writes it."""
+        t = time.perf_counter()
+        data = fit_dataset(self, self.comm, self.cfg.adapt_seconds)
+        failure = None
+        if self.root:
+            try:
+                with atomic_output(self.cfg.out / ADAPTED, force=True) as tmp:
+                    Path(tmp).write_bytes(data)
+            except OSError as exc:
+                failure = Failure(None, f"cannot write the model: {describe(exc)}")
+        failure = self.comm.bcast(failure)
+        if failure is not None:
+            raise RankFailure(failure.message, report=self.root)
+        self.use_model(data)
+        self.busy(t)
+        self.stats.lap("adapt", t)
+        model = self.model.hash
+        self.keys = {s.index: sh.shard_key(self.codec, model, self.sources[s.source],
+                                           self.infos[s.source], s) for s in self.shards}
+
     def run(self) -> PrepareResult:
         t_start = time.perf_counter()
         self.setup()
         self.scan()
+        if self.cfg.adapt:
+            self.reuse_model()
         self.plan()
         reuse = self.resume()
         self.ranges(reuse)
+        if self.cfg.adapt and self.model is None:
+            self.adapt()
         done = Encoder(self, reuse).run()
         manifest, per_rank = self.assemble_and_finish(done)
         return PrepareResult(manifest, self.cfg.out, self.comm.size,
@@ -396,8 +446,11 @@ class Run:
                         os.unlink(e.path)
         entries = [done[s.index].record for s in self.shards]
         hashes = {done[s.index].model_hash for s in self.shards}
-        manifest = mf.build(self.codec.to_dict(), entries,
-                            hashes.pop() if len(hashes) == 1 else None)
+        codec = {**self.codec.to_dict(), "adapt": self.cfg.adapt}
+        mhash = hashes.pop() if len(hashes) == 1 else None
+        if self.model is not None:
+            mhash = self.model.hash
+        manifest = mf.build(codec, entries, mhash, ADAPTED if self.model is not None else None)
         mf.write(self.cfg.out, manifest)
         return manifest
 

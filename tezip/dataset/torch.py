@@ -75,7 +75,7 @@ from ..codec import TezFile, value_range
 from ..errors import CorruptFileError, InputError, OptionError, TezipError
 from . import order as od
 from .cache import ShardCache
-from .manifest import Manifest, ShardInfo, load
+from .manifest import Manifest, ShardInfo, load, model_path
 from .readers import open_shard
 
 __all__ = ["ShapeBatchSampler", "TezDataset", "TezShardStream", "worker_init_fn"]
@@ -142,9 +142,12 @@ class _ShardData:
                  transform: Callable | None, cache_dir: str | os.PathLike | None,
                  cache_bytes: int, reader: Callable[[Path], BinaryIO] | None, threads: int,
                  model: str | os.PathLike | None, crop: Crop, seed: int) -> None:
-        self.model = None if model is None else str(model)
         self.manifest = root if isinstance(root, Manifest) else load(root)
         self.root = self.manifest.root
+        if model is None:       # the data set's own model (prepare --adapt), if any
+            model = model_path(self.manifest)
+        # read by the first shard a worker opens that needs it, then found by hash
+        self.model = None if model is None else str(model)
         shards = self.manifest.shards
         if clip is not None and (not isinstance(clip, int) or clip < 1):
             raise OptionError(f"clip must be a positive number of frames or None, got {clip}")

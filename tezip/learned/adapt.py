@@ -26,10 +26,11 @@ from .torch_model import PredNet
 @dataclass
 class AdaptConfig:
     seconds: float = 30.0          # wall-clock budget for the optimisation
-    crop: int = 64                 # spatial crop of a clip
+    crop: int = 32                 # spatial crop of a clip
     clip: int = 8                  # frames per clip (the first is the keyframe)
-    batch: int = 8
-    lr: float = 3e-3
+    batch: int = 16
+    lr: float = 2e-2               # measured on ks_pypde at 1e-3 in 30 s: 3e-3 coded 4%
+                                   # larger than the classical predictors, 2e-2 20% smaller
     seed: int = 0                  # clip sampling (data-parallel ranks: one per rank)
     init_seed: int = 0             # initial weights (the same on every rank)
     max_steps: int = 100_000
@@ -47,10 +48,12 @@ def _clip_batch(stacks: Sequence[np.ndarray], weights: np.ndarray, cfg: AdaptCon
     for _ in range(cfg.batch):
         k = int(rng.choice(len(stacks), p=weights))
         a = stacks[k]
-        t = min(cfg.clip, a.shape[0])
+        # one clip shape for the whole batch, whatever the stacks' shapes
+        t = min([cfg.clip] + [b.shape[0] for b in stacks])
         t0 = int(rng.integers(0, a.shape[0] - t + 1))
         h, w = a.shape[1:3]
-        ch, cw = min(cfg.crop, h), min(cfg.crop, w)
+        ch = min([cfg.crop] + [b.shape[1] for b in stacks])
+        cw = min([cfg.crop] + [b.shape[2] for b in stacks])
         y0, x0 = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
         x = np.asarray(a[t0:t0 + t, y0:y0 + ch, x0:x0 + cw], np.float64)
         x = x[..., None] if x.ndim == 3 else x
@@ -60,7 +63,9 @@ def _clip_batch(stacks: Sequence[np.ndarray], weights: np.ndarray, cfg: AdaptCon
         scale = (hi - lo) if hi > lo else 1.0
         v = np.nan_to_num((x - lo) / scale, nan=0.0, posinf=0.0, neginf=0.0)
         v = np.clip(v, -8.0, 9.0)
-        e = eb_norm[k] / scale                     # the bound in normalized units
+        # the bound in normalized units (at most the keyframe's range: a nearly constant
+        # keyframe must not turn the noise, and the loss scale, into overflows)
+        e = min(eb_norm[k] / scale, 1.0)
         if cfg.noise_spread:
             e *= 10.0 ** rng.uniform(-cfg.noise_spread, cfg.noise_spread)
         noise = rng.uniform(-1.0, 1.0, v.shape) * e  # every frame, keyframe included
@@ -110,7 +115,11 @@ def fit(stacks: Sequence[np.ndarray], eb: Sequence[float], model_cfg: ModelConfi
         scale = torch.from_numpy(ebn).view(-1, 1, 1, 1, 1)
         loss = (torch.abs(fc - target) / scale).mean()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if torch.isfinite(loss):
+            loss.backward()
+        else:       # a batch the network cannot take adds nothing (ranks stay in step)
+            for p in net.parameters():
+                p.grad = torch.zeros_like(p)
         if allreduce is not None:
             allreduce([p.grad for p in net.parameters() if p.grad is not None])
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
