@@ -77,6 +77,17 @@ def test_multichannel_two_layer_model_and_odd_sizes(models):
     check_bound(a, tezip.decompress(blob), "abs", 0.01)
 
 
+def test_one_channel_stack_with_a_channel_axis(models):
+    """(T, H, W, 1): frames with a channel axis of one (hypothesis found the learned
+    predictor writing (H, W) frames into (H, W, 1) once a shipped model existed)."""
+    a = smooth_stack((7, 12, 10), "float32")[..., None]
+    blob = _compress(a, models[0], mode="abs", bound=0.01)
+    assert _predictors(blob) == {"learned"}
+    back = tezip.decompress(blob)
+    assert back.shape == a.shape
+    check_bound(a, back, "abs", 0.01)
+
+
 def test_refusals_name_the_reason(models):
     gray = smooth_stack((6, 16, 16), "float32")
     with pytest.raises(tezip.OptionError, match="3-channel"):

@@ -102,7 +102,8 @@ def test_one_rank_manifest_and_bound(one_rank):
     m = json.loads((ds / "manifest.json").read_text())
     assert m["format"] == "tezip-dataset" and m["version"] == 1
     assert m["codec"] == {"mode": "rel", "bound": BOUND, "rel_bound": None,
-                          "predictor": "auto", "window": 16, "model": None}
+                          "predictor": "auto", "window": 16, "model": None,
+                          "adapt": False}
     # the shipped model's hash when 'auto' may use the learned predictor, else None
     want = tezip.predictors.model_identity(config.CodecConfig("rel", BOUND).options())
     assert m["created_by"] == f"tezip {tezip.__version__}" and m["model_hash"] == want

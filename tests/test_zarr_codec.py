@@ -168,3 +168,23 @@ def test_registered_through_entry_points(monkeypatch):
     (ep3,) = importlib.metadata.entry_points(group="zarr.codecs").select(name="tezip")
     assert ep3.value == "tezip.zarr_codec:TezipZarr3"
     assert ep3.load() is type(Tezip().zarr3())
+
+
+def test_learned_predictor_under_zarr_concurrency(tmp_path):
+    """zarr v3 codes and decodes chunks in threads: a learned-coded array written and read
+    back under zarr's default concurrency keeps the bound (and its chunks are learned)."""
+    from tezip.models_path import default_model_path
+
+    if not default_model_path().is_file():
+        pytest.skip("this installation ships no default model")
+    rng = np.random.default_rng(3)
+    a = np.cumsum(rng.normal(size=(48, 24, 20)), axis=0).astype(np.float32)
+    codec = Tezip(mode="abs", bound=0.05, predictor="learned", window=8)
+    z = _create(tmp_path / "l.zarr", codec, 3, shape=a.shape, chunks=(8, 12, 10))
+    z[:] = a
+    back = zarr.open_array(str(tmp_path / "l.zarr"), mode="r")[:]
+    check_bound(a, back, "abs", 0.05)
+    chunk = next(p for p in (tmp_path / "l.zarr").rglob("*")
+                 if p.is_file() and p.name != "zarr.json")
+    with tezip.TezFile(chunk.read_bytes()) as f:
+        assert {f.window_meta(i)["p"] for i in range(f.n_windows)} == {"learned"}

@@ -275,16 +275,22 @@ _CROP = 64                  # the learned predictor's trial: a central crop of t
 _TRIAL_MARGIN = 0.97        # ... where it must code at most this fraction of the classical
 
 
-def _learned_worth_trying(x: np.ndarray, quant: Quantizer, learned: Any, name: str,
-                          cfg: dict) -> bool:
-    """On a central crop of the window (every frame): does the learned predictor code
-    it smaller than the classical choice?"""
+def _learned_trial(x: np.ndarray, quant: Quantizer, learned: Any, name: str | None,
+                   cfg: dict | None) -> tuple[dict, bool]:
+    """On a central crop of the window (every frame): the learned configuration that codes
+    it smallest, and whether it codes it smaller than the classical choice (``name``,
+    ``cfg``; None: no classical alternative)."""
     h, w = x.shape[1:3]
     y0, x0 = max(0, (h - _CROP) // 2), max(0, (w - _CROP) // 2)
     crop = np.ascontiguousarray(x[:, y0:y0 + _CROP, x0:x0 + _CROP])
-    lc = learned.encode(crop, quant, learned.configs(crop, quant)[0], sign_map(crop, quant))
-    cc = predictors.get(name).encode(crop, quant, cfg, sign_map(crop, quant), sample=True)
-    return _estimate(lc, x.itemsize) < _TRIAL_MARGIN * _estimate(cc, x.itemsize)
+    sgn = sign_map(crop, quant)
+    configs = learned.configs(crop, quant)
+    costs = [_estimate(learned.encode(crop, quant, c, sgn), x.itemsize) for c in configs]
+    best = int(np.argmin(costs))
+    if name is None:
+        return configs[best], True
+    cc = predictors.get(name).encode(crop, quant, cfg, sgn, sample=True)
+    return configs[best], costs[best] < _TRIAL_MARGIN * _estimate(cc, x.itemsize)
 
 
 @dataclass
@@ -337,9 +343,12 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
     if classical:
         name, cfg = choose(x, quant, classical, finalists)
         coded = predictors.get(name).encode(x, quant, cfg, sign_map(x, quant))
-    if use_learned and (not classical or thorough
-                        or _learned_worth_trying(x, quant, learned, name, cfg)):
-        lcoded = learned.encode(x, quant, learned.configs(x, quant)[0], sign_map(x, quant))
+    worth = False
+    if use_learned:
+        lcfg, worth = _learned_trial(x, quant, learned, name if classical else None,
+                                     cfg if classical else None)
+    if use_learned and (worth or thorough):
+        lcoded = learned.encode(x, quant, lcfg, sign_map(x, quant))
         ldata = _pack(x, quant, lcoded, "learned", lcoded.out)
         if coded is None:
             return Encoded(ldata, "learned")

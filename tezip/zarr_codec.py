@@ -83,11 +83,10 @@ class Tezip(Codec):
     rel_bound : float, optional
         The relative part of ``absrel``.
     predictor : str
-        ``"classical"`` (default): the classical predictors only. The learned predictor
-        needs torch and a model file on every machine that reads the array, which a zarr
-        store shared with other users cannot assume; the classical predictors need only
-        numpy. ``"auto"`` adds the learned predictor when torch is installed (readers then
-        need torch too); a registered predictor name forces that predictor.
+        ``"classical"`` (default): the classical predictors only. ``"auto"`` adds the
+        learned predictor with the shipped default model where it codes a window smaller
+        (readers need a tezip that ships the same model; no torch is needed to read or
+        write); ``"learned"`` forces it; a classical predictor name forces that one.
     window : int
         Frames per window inside a chunk (default 16); a chunk shorter than that is one
         window.

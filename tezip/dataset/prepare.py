@@ -447,6 +447,7 @@ class Run:
         entries = [done[s.index].record for s in self.shards]
         hashes = {done[s.index].model_hash for s in self.shards}
         codec = {**self.codec.to_dict(), "adapt": self.cfg.adapt}
+        hashes.discard(None)    # shards whose windows cannot use it (e.g. too slow) name none
         mhash = hashes.pop() if len(hashes) == 1 else None
         if self.model is not None:
             mhash = self.model.hash

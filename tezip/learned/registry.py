@@ -4,6 +4,7 @@ caller supplies. Loaded once per process and shared (read-only)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from pathlib import Path
 
@@ -53,8 +54,24 @@ def from_embedded(data: bytes, where: str) -> Model:
     return remember(m)
 
 
+_BY_FILE: dict[tuple[str, int, int], Model] = {}
+
+
 def from_file(path: str) -> Model:
-    return remember(load(path))
+    """The model in ``path``, read once per process while the file is unchanged (a
+    DataLoader worker opening many shards reads the data set's model once)."""
+    try:
+        st = os.stat(path)
+        key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    except OSError:
+        return remember(load(path))     # load() names the problem
+    with _LOCK:
+        m = _BY_FILE.get(key)
+    if m is None:
+        m = remember(load(path))
+        with _LOCK:
+            _BY_FILE[key] = m
+    return m
 
 
 def default() -> Model | None:

@@ -144,6 +144,13 @@ CLASSICAL_CANDIDATES = ("interp", "lorenzo", "spatial")
 
 
 def model_identity(options: Any) -> str | None:
-    """SHA-256 of the learned model ``options`` may use; None while only classical
-    predictors can run (format v2 has no learned predictor yet)."""
-    return None
+    """SHA-256 of the learned model ``options`` may use (the given file, else the
+    shipped default); None when only classical predictors can run."""
+    if options.predictor not in ("auto", "learned") or options.bound.mode == "pwrel":
+        return None
+    from ..learned import registry
+
+    if options.model is not None:
+        return registry.from_file(str(options.model)).hash
+    m = registry.default()
+    return None if m is None else m.hash

@@ -31,9 +31,10 @@ from .classical import DEFAULT_ANCHOR, Interpolation
 SNAP = 64.0
 N_CTX = 2 * KI.N_CTX              # the keyframe's contexts, then the forecast errors'
 GROUPS = np.concatenate([KI.GROUPS, [KI.N_CTX], KI.GROUPS + KI.N_CTX])
-_KEY = [{"order": [0, 1, 2], "cubic": c, "ab": [1.0, 1.0], "anchor": DEFAULT_ANCHOR}
-        for c in (False, True)]
-_RES = {"order": [0, 1, 2], "cubic": False, "ab": [1.0, 1.0], "anchor": DEFAULT_ANCHOR}
+# keyframe and forecast-error stages: both linear or both cubic (cubic codes smooth
+# forecast errors about 6% smaller on ks_pypde, linear noisy ones 2-5% smaller)
+_STAGES = [{"order": [0, 1, 2], "cubic": c, "ab": [1.0, 1.0], "anchor": DEFAULT_ANCHOR}
+           for c in (False, True)]
 
 
 class Learned(ValuePredictor):
@@ -51,7 +52,7 @@ class Learned(ValuePredictor):
         return quant.mode in (0, 1) and channels == self.model.channels and x_shape[0] >= 2
 
     def configs(self, x: np.ndarray, quant: Quantizer) -> list[dict]:
-        return [{"model": self.model.hash, "key": k, "res": dict(_RES)} for k in _KEY]
+        return [{"model": self.model.hash, "key": dict(k), "res": dict(k)} for k in _STAGES]
 
     def validate(self, config: Any, shape: tuple[int, ...]) -> dict:
         if not isinstance(config, dict) or set(config) != {"model", "key", "res"}:
@@ -107,7 +108,7 @@ class Learned(ValuePredictor):
             for c, xc in enumerate(self._frames(x, t)):
                 o = np.empty_like(xc)
                 b = None if base is None else np.ascontiguousarray(
-                    (base if nch == 1 else base[..., c])[None])
+                    (base if len(frame_shape) == 2 else base[..., c])[None])
                 rec = o if b is None else np.empty(xc.shape, np.float64)
                 n0, no0 = nn, no
                 nn, no = call(KI.encode, (8, 9), xc, b, o, rec, np.zeros(1, np.int8), steps,
@@ -119,7 +120,7 @@ class Learned(ValuePredictor):
                 p = outp[no0:no].astype(np.int64)
                 o.reshape(-1)[p] = xc.reshape(-1)[p]          # exact values
                 positions.append((t * hw + p) * nch + c)
-                if nch == 1:
+                if len(frame_shape) == 2:
                     out[t] = o[0]
                 else:
                     out[t, ..., c] = o[0]
@@ -156,7 +157,7 @@ class Learned(ValuePredictor):
             for c in range(nch):
                 o = np.empty((1, *frame_shape[:2]), quant.dtype)
                 b = None if base is None else np.ascontiguousarray(
-                    (base if nch == 1 else base[..., c])[None])
+                    (base if len(frame_shape) == 2 else base[..., c])[None])
                 rec = o if b is None else np.empty(o.shape, np.float64)
                 op0 = int(st[7])
                 call(KI.decode, (5, 6), o, rec, b, np.zeros(1, np.int8), steps, quant.mode,
@@ -167,7 +168,7 @@ class Learned(ValuePredictor):
                 p = outp[op0:op1].astype(np.int64)
                 o.reshape(-1)[p] = outlier_values[op0:op1]
                 positions.append((t * hw + p) * nch + c)
-                if nch == 1:
+                if len(frame_shape) == 2:
                     out[t] = o[0]
                 else:
                     out[t, ..., c] = o[0]
