@@ -21,7 +21,7 @@ pytest.importorskip("torch")
 BOUND = 1e-3
 # the learned predictor forced, so every shard needs the data set's model to decode
 ARGS = ("--bound", str(BOUND), "--predictor", "learned", "--adapt", "--adapt-seconds", "2",
-        "--window", "8", "--shard-size", "0.02", "--quiet", "--json")
+        "--min-decode-mbps", "1", "--window", "8", "--shard-size", "0.02", "--quiet", "--json")
 
 
 def _inputs(d: Path) -> dict[str, np.ndarray]:
@@ -92,6 +92,19 @@ def test_adapt_refuses_other_predictors(tmp_path):
     assert p.returncode == 1
     assert p.stderr.strip() == ("tezip: error: --adapt fits a learned predictor; it does "
                                 "not go with --predictor classical")
+
+
+def test_adapt_below_the_data_set_floor_is_refused_before_training(tmp_path):
+    """The data set default floor (100 MB/s per core, so loaders keep up) excludes the
+    learned forecaster; --adapt says so instead of training a model no window may use."""
+    srcs = _inputs(tmp_path)
+    p = run("prepare", *srcs, "--out", "ds", "--bound", "1e-3", "--adapt", "--quiet",
+            cwd=tmp_path, ok=False)
+    assert p.returncode == 1
+    assert p.stderr.startswith("tezip: error: --adapt: the learned forecaster decodes "
+                               "float32 at about ")
+    assert "below --min-decode-mbps 100" in p.stderr and p.stderr.count("\n") == 1
+    assert not (tmp_path / "ds" / ADAPTED).exists()
 
 
 @needs_mpi

@@ -422,13 +422,16 @@ def _verify_dataset(directory: Path, as_json: bool) -> None:
                    "manifest; windows use it where it codes smaller")
 @click.option("--adapt-seconds", default=60.0, show_default=True, type=float,
               help="time budget of --adapt")
+@click.option("--min-decode-mbps", type=float,
+              help="use the learned predictor only where it decodes at least this fast (MB/s "
+                   "per core; default 100, so that loaders keep up with training)")
 @click.option("--force", is_flag=True, help="rewrite every shard instead of resuming")
 @click.option("--quiet", is_flag=True, help="no progress line")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float | None,
             rel_bound: float | None, predictor: str, window: int, dataset: str | None,
             shard_size: float, model: Path | None, adapt: bool, adapt_seconds: float,
-            force: bool, quiet: bool, as_json: bool) -> None:
+            min_decode_mbps: float | None, force: bool, quiet: bool, as_json: bool) -> None:
     """Compress INPUTS (files, quoted globs, folders, FILE.h5:/dataset) into .tez shards
     and a manifest.json in --out, over MPI ranks when started by mpirun/mpiexec/srun
     (`pip install tezip[mpi]`); one rank otherwise. A rerun resumes: shards already
@@ -438,7 +441,7 @@ def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float |
     comm = parallel.get_comm()
     try:
         codec = parallel.CodecConfig.from_cli(mode, bound, rel_bound, predictor, window,
-                                              _model(model))
+                                              _model(model), min_decode_mbps)
         cfg = parallel.PrepareConfig(tuple(inputs), out, codec, dataset=dataset,
                                      shard_size_mb=shard_size, force=force,
                                      progress=not quiet and not as_json, adapt=adapt,

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codec import ADAPT_MAX_VALUES, resolve
+from ..codec import ADAPT_MAX_VALUES, learned_decode_mbps, resolve
 from ..errors import OptionError
 from .comm import Comm
 
@@ -59,6 +59,17 @@ def fit_dataset(run: Any, comm: Comm, seconds: float) -> bytes:
         raise OptionError("--adapt fits one model to the data set, but its stacks have "
                           f"different channel counts ({sorted(channels)}); prepare them "
                           "apart")
+    cfg_model = ModelConfig(channels=next(iter(channels)))
+    floor = run.options.floor()
+    speeds = {info.dtype: learned_decode_mbps(cfg_model.macs_per_pixel(), cfg_model.channels,
+                                              np.dtype(info.dtype).itemsize)
+              for info in run.infos}
+    if max(speeds.values()) < floor:
+        dtype, mbs = max(speeds.items(), key=lambda kv: kv[1])
+        raise OptionError(
+            f"--adapt: the learned forecaster decodes {dtype} at about {mbs:.0f} MB/s per "
+            f"core, below --min-decode-mbps {floor:g}, so no window could use it; pass "
+            f"--min-decode-mbps {max(1, int(mbs) // 2)} to trade decoding speed for size")
     stacks, ebs = _local_data(run, comm)
 
     def allreduce(grads: list[torch.Tensor]) -> None:
@@ -71,7 +82,7 @@ def fit_dataset(run: Any, comm: Comm, seconds: float) -> bytes:
             k += g.numel()
 
     cfg = adapt.AdaptConfig(seconds=seconds, seed=comm.rank)
-    model = adapt.fit(stacks, ebs, ModelConfig(channels=channels.pop()), cfg,
+    model = adapt.fit(stacks, ebs, cfg_model, cfg,
                       allreduce=allreduce if comm.size > 1 else None,
                       agree=comm.allreduce_max if comm.size > 1 else None)
     return comm.bcast(model.data if comm.rank == 0 else b"")

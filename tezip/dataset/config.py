@@ -12,6 +12,9 @@ from ..codec import DEFAULT_WINDOW, Options
 from ..errors import OptionError
 
 DEFAULT_SHARD_MB = 128.0
+# the learned predictor only where it decodes at least this fast (MB/s per core): a
+# DataLoader core then still delivers about half of what it copies from raw .npy shards
+DATASET_MIN_DECODE_MBPS = 100.0
 
 
 @dataclass(frozen=True)
@@ -24,11 +27,13 @@ class CodecConfig:
     predictor: str = "auto"
     window: int = DEFAULT_WINDOW
     model: str | None = None            # learned model file (None: the shipped default)
+    min_decode_mbps: float = DATASET_MIN_DECODE_MBPS
 
     @classmethod
     def from_cli(cls, mode: str | None, bound: float | None, rel_bound: float | None,
                  predictor: str = "auto", window: int = DEFAULT_WINDOW,
-                 model: str | None = None) -> CodecConfig:
+                 model: str | None = None,
+                 min_decode_mbps: float | None = None) -> CodecConfig:
         """The same defaults and checks as ``tezip compress``."""
         if mode is None:
             mode = "rel" if bound is not None else "lossless"
@@ -37,13 +42,15 @@ class CodecConfig:
         if mode != "absrel" and rel_bound is not None:
             raise OptionError("--rel-bound is only for --mode absrel")
         cfg = cls(mode, bound, rel_bound, predictor, window,
-                  None if model is None else str(model))
+                  None if model is None else str(model),
+                  DATASET_MIN_DECODE_MBPS if min_decode_mbps is None else min_decode_mbps)
         cfg.options()  # validates
         return cfg
 
     def options(self) -> Options:
         return Options(make_bound(self.mode, self.bound, self.rel_bound),
-                       predictor=self.predictor, window=self.window, model=self.model)
+                       predictor=self.predictor, window=self.window, model=self.model,
+                       min_decode_mbps=self.min_decode_mbps)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
