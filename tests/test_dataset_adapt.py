@@ -94,17 +94,20 @@ def test_adapt_refuses_other_predictors(tmp_path):
                                 "not go with --predictor classical")
 
 
-def test_adapt_below_the_data_set_floor_is_refused_before_training(tmp_path):
+def test_adapt_below_the_data_set_floor_says_so_and_codes_classically(tmp_path):
     """The data set default floor (100 MB/s per core, so loaders keep up) excludes the
-    learned forecaster; --adapt says so instead of training a model no window may use."""
+    learned forecaster: --adapt says so in one note instead of training a model no window
+    may use, and the data set is written with the classical predictors."""
     srcs = _inputs(tmp_path)
     p = run("prepare", *srcs, "--out", "ds", "--bound", "1e-3", "--adapt", "--quiet",
-            cwd=tmp_path, ok=False)
-    assert p.returncode == 1
-    assert p.stderr.startswith("tezip: error: --adapt: the learned forecaster decodes "
-                               "float32 at about ")
+            cwd=tmp_path)
+    assert p.stderr.startswith("tezip: note: --adapt skipped: the learned forecaster "
+                               "decodes float32 at about ")
     assert "below --min-decode-mbps 100" in p.stderr and p.stderr.count("\n") == 1
     assert not (tmp_path / "ds" / ADAPTED).exists()
+    m = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert m["model_hash"] is None and "model_file" not in m
+    assert mf.verify(tmp_path / "ds").passed
 
 
 @needs_mpi

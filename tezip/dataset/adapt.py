@@ -44,6 +44,26 @@ def _local_data(run: Any, comm: Comm) -> tuple[list[np.ndarray], list[float]]:
     return stacks, ebs
 
 
+def too_slow(run: Any) -> str | None:
+    """Why no window could use an adapted model (the decode floor excludes it), or None."""
+    from ..learned.model import ModelConfig
+
+    channels = max(info.shape[3] if len(info.shape) == 4 else 1 for info in run.infos)
+    cfg = ModelConfig(channels=min(channels, 16))
+    floor = run.options.floor()
+    speeds = {info.dtype: learned_decode_mbps(cfg.macs_per_pixel(), cfg.channels,
+                                              np.dtype(info.dtype).itemsize)
+              for info in run.infos}
+    dtype, mbs = max(speeds.items(), key=lambda kv: kv[1])
+    if mbs >= floor:
+        return None
+    return (f"--adapt skipped: the learned forecaster decodes {dtype} at about {mbs:.0f} "
+            f"MB/s per core, below --min-decode-mbps {floor:g} (the data set default, so "
+            f"that loaders keep up), so no window could use it; the shards use the classical "
+            f"predictors. Pass --min-decode-mbps {max(1, int(mbs) // 2)} to trade decoding "
+            f"speed for size")
+
+
 def fit_dataset(run: Any, comm: Comm, seconds: float) -> bytes:
     """Train on every rank, return the model file's bytes (the same on every rank)."""
     try:
@@ -60,16 +80,6 @@ def fit_dataset(run: Any, comm: Comm, seconds: float) -> bytes:
                           f"different channel counts ({sorted(channels)}); prepare them "
                           "apart")
     cfg_model = ModelConfig(channels=next(iter(channels)))
-    floor = run.options.floor()
-    speeds = {info.dtype: learned_decode_mbps(cfg_model.macs_per_pixel(), cfg_model.channels,
-                                              np.dtype(info.dtype).itemsize)
-              for info in run.infos}
-    if max(speeds.values()) < floor:
-        dtype, mbs = max(speeds.items(), key=lambda kv: kv[1])
-        raise OptionError(
-            f"--adapt: the learned forecaster decodes {dtype} at about {mbs:.0f} MB/s per "
-            f"core, below --min-decode-mbps {floor:g}, so no window could use it; pass "
-            f"--min-decode-mbps {max(1, int(mbs) // 2)} to trade decoding speed for size")
     stacks, ebs = _local_data(run, comm)
 
     def allreduce(grads: list[torch.Tensor]) -> None:

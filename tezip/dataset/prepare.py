@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
@@ -49,7 +50,7 @@ from ..errors import OutputError
 from ..io import atomic_output
 from . import manifest as mf
 from . import shards as sh
-from .adapt import ADAPTED, fit_dataset
+from .adapt import ADAPTED, fit_dataset, too_slow
 from .adapt import existing as existing_model
 from .comm import Comm, get_comm
 from .config import CodecConfig, PrepareConfig
@@ -333,6 +334,11 @@ class Run:
 
     def adapt(self) -> None:
         """--adapt: fit the data set's model over all ranks; rank 0 writes it."""
+        why = too_slow(self)
+        if why is not None:
+            if self.root:
+                print(f"tezip: note: {why}", file=sys.stderr, flush=True)
+            return
         t = time.perf_counter()
         data = fit_dataset(self, self.comm, self.cfg.adapt_seconds)
         failure = None
