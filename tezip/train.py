@@ -29,7 +29,7 @@ from .errors import InputError, OptionError
 
 @dataclass
 class TrainConfig:
-    hidden: tuple[int, ...] = (8,)
+    hidden: tuple[int, ...] = (4,)
     clip: int = 8
     crop: int = 32
     batch: int = 16
@@ -201,7 +201,7 @@ import click  # noqa: E402
 @click.argument("data", nargs=-1, required=True)
 @click.option("--out", "out", required=True, type=click.Path(), help="model directory")
 @click.option("--dataset", help="dataset path inside HDF5 inputs")
-@click.option("--hidden", default="8", show_default=True,
+@click.option("--hidden", default="4", show_default=True,
               help="ConvLSTM channels per layer, comma-separated (the depth is their count)")
 @click.option("--seconds", default=120.0, show_default=True, type=float,
               help="training time budget (wall clock)")

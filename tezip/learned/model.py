@@ -38,7 +38,7 @@ class ModelConfig:
     length), A-unit channels of the upper layers, extra inputs of layer 0."""
 
     channels: int = 1
-    hidden: tuple[int, ...] = (8,)
+    hidden: tuple[int, ...] = (4,)
     a_channels: tuple[int, ...] = ()
     inputs: tuple[str, ...] = INPUTS
 
