@@ -437,9 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     md = table(results, meta)
     print("\n" + md)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(args.out.with_suffix(".md")) as tmp:
+    with atomic_output(args.out.with_suffix(".md"), force=True) as tmp:
         Path(tmp).write_text(md + "\n")
-    with atomic_output(args.out.with_suffix(".json")) as tmp:
+    with atomic_output(args.out.with_suffix(".json"), force=True) as tmp:
         Path(tmp).write_text(json.dumps({"meta": meta, "rows": results}, indent=1))
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

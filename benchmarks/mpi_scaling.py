@@ -200,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(argv if argv is not None else sys.argv[1:])}`\n\n" + table(runs, base))
     print(md)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(a.out.with_suffix(".md")) as tmp:
+    with atomic_output(a.out.with_suffix(".md"), force=True) as tmp:
         Path(tmp).write_text(md + "\n")
-    with atomic_output(a.out.with_suffix(".json")) as tmp:
+    with atomic_output(a.out.with_suffix(".json"), force=True) as tmp:
         Path(tmp).write_text(json.dumps({"before": before, "after": after, "trials": trials},
                                         indent=1))
     return 0

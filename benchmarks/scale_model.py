@@ -370,9 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
     from tezip.io import atomic_output
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(args.out.with_suffix(".md")) as tmp:
+    with atomic_output(args.out.with_suffix(".md"), force=True) as tmp:
         Path(tmp).write_text(md + "\n")
-    with atomic_output(args.out.with_suffix(".png")) as tmp:
+    with atomic_output(args.out.with_suffix(".png"), force=True) as tmp:
         plot(formats, sys_, s_mb, Path(tmp), check)
     return 0
 
