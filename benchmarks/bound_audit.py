@@ -11,7 +11,7 @@ generated adversarial stacks (constants, zeros, extremes alternating in time, fu
 noise, values near the dtype limits, one-pixel and tiny frames, 1- and 2-frame stacks,
 4-D multi-channel, denormals, +/-0.0, NaN/Inf islands with payloads, all-NaN, 60 decades
 of magnitude, huge offsets, near-maximum values mixed with NaN/Inf) compressed with
-``auto`` and with every classical predictor; ``prednet+interp`` on a subset.
+``auto`` and with every classical predictor; ``learned`` (the shipped model) on a subset.
 
 Every decoded value is checked against the guarantee of its mode with exact rational
 arithmetic (a float64 filter; values near the limit or past it are decided with
@@ -51,11 +51,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import tezip  # noqa: E402
+from tezip import make_bound, predictors  # noqa: E402
 from tezip.bench import bit_exact, value_range  # noqa: E402
+from tezip.codec import Options  # noqa: E402
 
 DTYPES = ("uint8", "uint16", "int16", "int32", "float32", "float64")
 CLASSICAL = ("previous", "lorenzo", "spatial", "interp", "zero")
-LEARNED = "prednet+interp"
+LEARNED = "learned"
 REL_BOUNDS = (1e-2, 1e-3, 1e-4)
 PW_BOUNDS = (1e-2, 1e-3)
 # float64 filter margin: float64 errors and limits are within a few ulps of the exact
@@ -629,9 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.skip_shared and not glob.glob(os.path.join(args.data, "*.npy")):
         ap.error(f"no *.npy files in {args.data} (use --data or --skip-shared)")
-    from tezip import predictors
 
-    learned = not args.no_learned and predictors.learned_available(None)
+    learned = not args.no_learned and predictors.model_identity(
+        Options(make_bound("rel", 1e-3, None), predictor="learned")) is not None
     t0 = time.perf_counter()
     todo = build_cases(args, learned)
     done: list[Case] = []

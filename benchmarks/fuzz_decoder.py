@@ -84,7 +84,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-learned", action="store_true", help="skip the prednet fixture")
+    ap.add_argument("--no-learned", action="store_true", help="skip the learned-predictor fixture")
     ap.add_argument("--out-md", type=Path, help="append the run to this markdown table")
     ap.add_argument("--out-json", type=Path, help="append the run to this JSON list")
     a = ap.parse_args()

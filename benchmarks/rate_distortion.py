@@ -1,7 +1,7 @@
 """Rate-distortion run behind the README's plot: tezip against every codec installed.
 
     python benchmarks/rate_distortion.py [--data DIR] [--bounds 1e-2,3e-3,1e-3,3e-4,1e-4,lossless]
-        [--predictors classical,prednet+interp,auto] [--repeat 1] [--codecs all]
+        [--predictors classical,auto,adapt] [--repeat 1] [--codecs all]
         [--out DIR] [--name rd] [--replot]
 
 Measures every ``*.npy`` (T, H, W) stack in ``--data`` (default: ``$TEZIP_DATA``, else the
@@ -26,7 +26,7 @@ sys.path.insert(0, REPO)
 from tezip import bench  # noqa: E402
 
 DEFAULT_BOUNDS = "1e-2,3e-3,1e-3,3e-4,1e-4,lossless"
-DEFAULT_PREDICTORS = "classical,prednet+interp,auto"
+DEFAULT_PREDICTORS = "classical,auto,adapt"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,9 +24,17 @@ REPO = Path(__file__).resolve().parents[1]
 def test_wheel_in_a_fresh_venv_decodes_the_default_models_files(tmp_path):
     if not default_model_path().is_file():
         pytest.skip("this checkout has no shipped default model")
+    # build from a copy of the tracked files: no stale build/ tree, nothing left in the repo
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        if (REPO / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, src / name)
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(dist), str(REPO)], check=True, capture_output=True)
+                    "-q", "-w", str(dist), str(src)], check=True, capture_output=True)
     wheel = next(dist.glob("tezip-*.whl"))
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)

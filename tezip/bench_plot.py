@@ -20,8 +20,8 @@ from .io import atomic_output
 _STYLE: dict[str, tuple[str, str, str, str, float]] = {
     "tezip": ("tezip auto (default)", "#d62728", "o", "-", 2.6),
     "tezip-classical": ("tezip classical", "#ff7f0e", "s", "--", 1.6),
-    "tezip-prednet+interp": ("tezip learned (prednet+interp)", "#9467bd", "^", "--", 1.6),
-    "tezip-prednet": ("tezip learned (prednet)", "#e377c2", "v", ":", 1.4),
+    "tezip-adapt": ("tezip auto --adapt", "#9467bd", "^", "--", 1.6),
+    "tezip-learned": ("tezip learned (shipped model)", "#e377c2", "v", ":", 1.4),
     SZ3: ("SZ3 3-D", "#1f77b4", "D", "-", 1.6),
     ZFP: ("ZFP 3-D", "#2ca02c", "P", "-", 1.6),
     SPERR: ("SPERR 3-D", "#8c564b", "X", "-", 1.6),
@@ -148,7 +148,8 @@ def plot_rd(rows: list[Row], out: str | Path, title: str | None = None) -> Path:
 
 def _short(codec: str) -> str:
     return {"tezip": "tezip auto", "tezip-classical": "tezip classical",
-            "tezip-prednet+interp": "tezip learned", "blosc2-zstd5-shuffle": "blosc2 shuffle",
+            "tezip-adapt": "tezip --adapt", "tezip-learned": "tezip learned",
+            "blosc2-zstd5-shuffle": "blosc2 shuffle",
             "blosc2-zstd5-bitshuffle": "blosc2 bitshuf"}.get(codec, codec)
 
 
