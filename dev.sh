@@ -21,18 +21,6 @@ setup() {
     # the CPU build from local disk: a bare 'torch' requirement would pull a CUDA build
     python -m pip install -q torch==2.13.0
     python -m pip install -q -e ".[dev]"
-    echo "== compiling the codec's kernels (numba, cached on disk; once per set-up)"
-    python - <<'PY'
-import numpy as np, tezip
-rng = np.random.default_rng(0)
-base = rng.normal(size=(6, 20, 20)).cumsum(0)
-for dt in ("float32", "float64", "uint8", "uint16", "int16", "int32"):
-    a = (base * 20 + 100).astype(dt)
-    for kw in ({"mode": "rel", "bound": 1e-3}, {"mode": "lossless", "bound": None},
-               {"mode": "pwrel", "bound": 1e-2}):
-        for p in ("auto", "learned") if kw["mode"] == "rel" else ("auto",):
-            tezip.decompress(tezip.compress(a, predictor=p, **kw))
-PY
     echo "$want" > "$stamp"
   fi
 }
