@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = bench.run(paths, args.bounds, predictors, max(1, args.repeat), progress, codecs)
     elapsed = time.perf_counter() - t0
     for r in rows:
-        _skip_unsupported(r)
+        skip_unsupported(r)
 
     for r in rows:
         if r.get("error"):
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(r["ok"] is False for r in rows) else 0
 
 
-def _skip_unsupported(row: dict) -> None:
+def skip_unsupported(row: dict) -> None:
     """A ``learned`` row the predictor rejects by design (lossless floats: it codes abs/rel
     bounds and lossless integers only) is a skipped row, as for a codec that cannot take
     the data, not a failure that fails the run."""
