@@ -1,6 +1,7 @@
 """Bound audit: every mode x dtype x data set, plus adversarial stacks, checked exactly.
 
     python benchmarks/bound_audit.py [--data DIR] [--frames 16] [--crop 96] [--full]
+        [--dtypes uint8,...,float64]
         [--skip-shared] [--skip-adversarial] [--no-learned] [--out-dir DIR]
 
 Data: the ``*.npy`` stacks in ``--data`` (default ``$TEZIP_DATA`` or ``../shared/data``),
@@ -56,7 +57,9 @@ from tezip.bench import bit_exact, value_range  # noqa: E402
 from tezip.codec import Options  # noqa: E402
 
 DTYPES = ("uint8", "uint16", "int16", "int32", "float32", "float64")
-CLASSICAL = ("previous", "lorenzo", "spatial", "interp", "zero")
+# every v2 predictor name a user can give besides auto/learned (v1's "previous" and "zero"
+# are gone: asking for them is an OptionError, which the audit only counted as rejected)
+CLASSICAL = ("lorenzo", "spatial", "interp", "classical")
 LEARNED = "learned"
 REL_BOUNDS = (1e-2, 1e-3, 1e-4)
 PW_BOUNDS = (1e-2, 1e-3)
@@ -415,7 +418,14 @@ INVALID = [("pwrel", 1.0, None), ("pwrel", 1.5, None), ("rel", 0.0, None),
 LEARNED_SUBSET = {"nan_inf_islands", "multichannel", "tiny_frames", "one_pixel",
                   "near_limits", "near_max_pm", "denormals", "frame_flip",
                   "extremes_nonfinite"}
-LEARNED_MODES = {("rel", 1e-3), ("abs", 3.0), ("pwrel", 1e-2), ("lossless", None)}
+# the learned predictor codes abs, rel, absrel and lossless integers; pwrel and lossless
+# floats are rejected by design (OptionError), so auditing them there checks nothing
+LEARNED_MODES = {("rel", 1e-3), ("abs", 3.0), ("absrel", 3.0), ("lossless", None)}
+
+
+def learned_codes(mode: str, dtype: str) -> bool:
+    """Whether the learned predictor takes this mode for this dtype."""
+    return mode != "pwrel" and not (mode == "lossless" and dtype.startswith("float"))
 
 
 def build_cases(args: argparse.Namespace, learned: bool) -> list[tuple[Case, np.ndarray]]:
@@ -429,20 +439,23 @@ def build_cases(args: argparse.Namespace, learned: bool) -> list[tuple[Case, np.
     if not args.skip_shared:
         frames, crop = (None, None) if args.full else (args.frames, args.crop)
         for name, raw in shared_sets(args.data, frames, crop):
-            for dtype in DTYPES:
+            for dtype in args.dtypes:
                 a = cast(raw, dtype)
                 for mode, b, rb in shared_modes(a):
                     add(name, a, mode, b, rb, "auto")
                     if learned and dtype in ("float32", "uint16") and \
-                            (mode, b) in {("rel", 1e-3), ("pwrel", 1e-2), ("lossless", None)}:
+                            learned_codes(mode, dtype) and \
+                            (mode == "absrel" and rb == 1e-2 or
+                             (mode, b) in {("rel", 1e-3), ("lossless", None)}):
                         add(name, a, mode, b, rb, LEARNED)
     if not args.skip_adversarial:
-        for dtype in DTYPES:
+        for dtype in args.dtypes:
             for name, a in adversarial(dtype):
                 for mode, b, rb in adversarial_modes(a):
                     for pred in ("auto", *CLASSICAL):
                         add(name, a, mode, b, rb, pred)
                     if learned and name in LEARNED_SUBSET and (mode, b) in LEARNED_MODES \
+                            and learned_codes(mode, dtype) \
                             and dtype in ("float32", "float64", "uint16", "int32"):
                         add(name, a, mode, b, rb, LEARNED)
         a = adversarial("float32")[0][1]
@@ -621,6 +634,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crop", type=int, default=96,
                     help="and to a central square of this side (default: 96)")
     ap.add_argument("--full", action="store_true", help="whole shared stacks (no cropping)")
+    ap.add_argument("--dtypes", default=",".join(DTYPES),
+                    help="comma-separated dtypes to cast to (default: all; fewer for a "
+                         "smoke run)")
     ap.add_argument("--skip-shared", action="store_true")
     ap.add_argument("--skip-adversarial", action="store_true")
     ap.add_argument("--no-learned", action="store_true",
@@ -629,6 +645,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_path", help="also write every case as JSON here")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if bad := [d for d in args.dtypes if d not in DTYPES]:
+        ap.error(f"unknown dtype(s) {', '.join(bad)}; choose from {', '.join(DTYPES)}")
     if not args.skip_shared and not glob.glob(os.path.join(args.data, "*.npy")):
         ap.error(f"no *.npy files in {args.data} (use --data or --skip-shared)")
 

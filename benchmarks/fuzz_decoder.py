@@ -5,7 +5,9 @@
 
 Mutates the format fixtures in tests/fixtures (bit flips, truncations, insertions,
 deletions, overwrites, duplicated runs, extreme integers; 1-3 per case) and decodes each
-result. Three kinds of case, in turn:
+result. tests/fixtures/v2 holds no file coded with the ``learned`` predictor, so one is
+made here at start (a small float32 stack, rel 1e-3, the shipped model); ``--no-learned``
+leaves it out together with the v1 ``prednet`` fixture. Three kinds of case, in turn:
 
 - damaged: the file as mutated; a changed file must raise a TezipError (an unchanged one
   decode exactly), within a 64 MB allocation limit;
@@ -35,13 +37,42 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from fuzz_target import check, check_crafted, craft, damage_window, mutate, seeds  # noqa: E402
 
+import tezip  # noqa: E402
 from tezip.atomic import atomic_output  # noqa: E402
 
 KINDS = ("damaged", "resealed", "window")
 
 
-def run(seconds: float, seed: int, learned: bool) -> tuple[dict, int, float, str | None]:
-    pool = seeds(learned=learned)
+def learned_v2_seed() -> tuple[str, bytes, np.ndarray]:
+    """A v2 file whose every window is coded by the learned predictor (the v2 fixtures have
+    none): the fixtures' float32 stack shape, rel 1e-3, the shipped model."""
+    rng = np.random.default_rng(2026)
+    yy, xx = np.mgrid[0:12, 0:10]
+    a = np.stack([np.sin(xx / 3 + i / 2) * np.cos(yy / 4) for i in range(6)])
+    a = (a * 100 + rng.normal(0, 1, a.shape)).astype(np.float32)
+    blob = tezip.compress(a, mode="rel", bound=1e-3, predictor="learned", threads=1)
+    with tezip.TezFile(blob) as f:
+        used = {f.window_meta(i)["p"] for i in range(f.n_windows)}
+    if used != {"learned"}:
+        raise RuntimeError(f"the learned fixture was coded with {sorted(used)}")
+    return "v2_f32_learned", blob, tezip.decompress(blob)
+
+
+def pool_of(learned: bool) -> list[tuple[str, bytes, np.ndarray]]:
+    """The fixtures, each decoded once first (and checked against its reference) outside
+    the allocation limit and the time budget: a first decode compiles kernels and the v1
+    prednet reader imports torch, which tracemalloc counted as the decoder's allocations
+    (over 64 MB: a spurious failure) and which took most of a short budget."""
+    pool = [*seeds(learned=learned), *([learned_v2_seed()] if learned else [])]
+    for name, blob, ref in pool:
+        got = tezip.decompress(blob)
+        if got.dtype != ref.dtype or got.tobytes() != ref.tobytes():
+            raise RuntimeError(f"fixture {name} does not decode to its reference")
+    return pool
+
+
+def run(pool: list[tuple[str, bytes, np.ndarray]], seconds: float,
+        seed: int) -> tuple[dict, int, float, str | None]:
     counts: dict[str, int] = {}
     t0 = time.perf_counter()
     case = 0
@@ -84,12 +115,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-learned", action="store_true", help="skip the learned-predictor fixture")
+    ap.add_argument("--no-learned", action="store_true",
+                    help="skip the learned-predictor fixtures (v1 prednet, v2 learned)")
     ap.add_argument("--out-md", type=Path, help="append the run to this markdown table")
     ap.add_argument("--out-json", type=Path, help="append the run to this JSON list")
     a = ap.parse_args()
-    counts, cases, dt, failure = run(a.seconds, a.seed, not a.no_learned)
-    n_fix = len(seeds(learned=not a.no_learned))
+    pool = pool_of(not a.no_learned)
+    counts, cases, dt, failure = run(pool, a.seconds, a.seed)
+    n_fix = len(pool)
     g = counts.get
     summary = (f"{cases} cases in {dt:.0f} s over {n_fix} fixtures. Damaged files: "
                f"{g('error', 0)} rejected with a TezipError ({g('unchanged', 0)} mutations "

@@ -132,7 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(a.repeat):      # interleaved, so a busy spell hits every config
             for shard, n in configs:
-                r = run_once(files, n, a.bound, shard, Path(tmp) / f"ds{n}", a.predictor)
+                # a fresh directory per run: a rerun with --force into a finished one fails
+                # with 2 ranks ("shard-000003.tez.json already exists", 0.5 MB shards)
+                out = Path(tmp) / f"ds{n}"
+                shutil.rmtree(out, ignore_errors=True)
+                r = run_once(files, n, a.bound, shard, out, a.predictor)
                 trials[(shard, n)].append(r)
                 print(f"  {n} rank(s), shard {shard:g} MB: {r.seconds:.2f} s", file=sys.stderr)
     runs = [min(trials[c], key=lambda r: r.seconds) for c in configs]

@@ -1,9 +1,13 @@
 """Compare tezip with SZ3, ZFP and zstd on every *.npy (T, H, W) stack in a directory.
 
     python benchmarks/run_classical.py [--data DIR] [--bounds 1e-2,1e-3,1e-4,lossless]
-        [--predictors auto,lorenzo] [--repeat N] [--out-md FILE] [--out-json FILE]
+        [--predictors auto,classical,learned] [--codecs sz3,zfp,zstd] [--repeat N]
+        [--out-md FILE] [--out-json FILE]
 
-Prints one markdown table per bound; failures' tracebacks go to stderr.
+``--predictors`` takes the specs of ``tezip bench --predictors`` (``auto``, ``classical``,
+``learned``, ``adapt``, a predictor's name, ``@N`` threads); a ``learned`` row on lossless
+floats, which that predictor does not code, is skipped. Prints one markdown table per
+bound; failures' tracebacks go to stderr.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from rate_distortion import skip_unsupported  # noqa: E402
+
 from tezip import bench  # noqa: E402
 
 
@@ -29,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated fractions of the value range; 'lossless' for "
                          "bit-exact (default: 1e-2,1e-3,1e-4,lossless)")
     ap.add_argument("--predictors", default="auto",
-                    help="comma-separated tezip predictors (default: auto)")
+                    help="comma-separated tezip rows: auto, classical, learned, adapt, a "
+                         "predictor's name, @N threads (default: auto)")
+    ap.add_argument("--codecs", default="sz3,zfp,zstd",
+                    help="comma-separated other codecs, from " + ", ".join(bench.FAMILIES)
+                    + ", or all (default: %(default)s)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per measurement; the fastest counts (default: 1)")
     ap.add_argument("--out-md", help="also write the markdown here")
@@ -45,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - t0:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    rows = bench.run(paths, args.bounds, predictors, max(1, args.repeat), progress)
+    codecs = None if args.codecs.strip() == "all" else args.codecs.split(",")
+    rows = bench.run(paths, args.bounds, predictors, max(1, args.repeat), progress, codecs)
     elapsed = time.perf_counter() - t0
+    for r in rows:
+        skip_unsupported(r)
 
     for r in rows:
         if r.get("error"):
