@@ -11,6 +11,7 @@ kernels release the GIL).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import math
 import os
 import re
@@ -204,14 +205,29 @@ def _estimate(coded: predictors.Coded, itemsize: int) -> float:
 
 
 N_FINALISTS = 3
+_FULL_MARGIN = 1.05       # a finalist is coded in full only if its sample estimate is this
+#                           close to the best one's (the sample can misrank by a few %)
 
 
-def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...]
-         ) -> list[tuple[str, dict]]:
-    """The configurations worth trying on the windows of a stack, best first: every
-    candidate predictor tuned on a sample of ``x`` (the stack's first window), the
-    ``N_FINALISTS`` best coded in full on ``x`` and ordered by their real size
-    (deterministic: the same whatever the thread count)."""
+@dataclass
+class Tuned:
+    """The configurations worth trying on the windows of a stack, best first, and the
+    full codings of the window they were ranked on, by (name, configuration), so that
+    coding that window again costs nothing."""
+
+    finalists: list[tuple[str, dict]]
+    coded: dict[str, predictors.Coded] = field(default_factory=dict)
+
+
+def config_key(name: str, cfg: dict) -> str:
+    return name + json.dumps(cfg, sort_keys=True)
+
+
+def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...]) -> Tuned:
+    """Every candidate predictor tuned on a sample of ``x`` (the stack's first window);
+    the ``N_FINALISTS`` best whose estimate is within ``_FULL_MARGIN`` of the best coded
+    in full on ``x`` and ordered by their estimated size there (deterministic: the same
+    whatever the thread count)."""
     trials: list[tuple[float, int, str, dict]] = []
     sample = sample_tiles(x)
     sgn = sign_map(sample, quant)
@@ -219,21 +235,27 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...]
         pred = predictors.get(name)
         cfgs = pred.configs(x, quant)
         if len(cfgs) == 1 and len(candidates) == 1:
-            return [(name, cfgs[0])]
+            return Tuned([(name, cfgs[0])])
         for bits, cfg in pred.tune(sample, quant, sgn,
                                    lambda c: _estimate(c, sample.itemsize)):
             trials.append((bits, len(trials), name, cfg))
     trials.sort(key=lambda t: t[:2])
     finalists: list[tuple[str, dict]] = []
-    for _, _, name, cfg in trials:
+    for bits, _, name, cfg in trials:
+        if bits > _FULL_MARGIN * trials[0][0]:
+            break
         if (name, cfg) not in finalists:
             finalists.append((name, cfg))
         if len(finalists) == N_FINALISTS:
             break
+    if len(finalists) == 1:
+        return Tuned(finalists)
     sgn = sign_map(x, quant)
-    sizes = [(_coded_size(predictors.get(name).encode(x, quant, cfg, sgn)), i)
+    coded = {config_key(name, cfg): predictors.get(name).encode(x, quant, cfg, sgn)
+             for name, cfg in finalists}
+    sizes = [(_estimate(coded[config_key(name, cfg)], x.itemsize), i)
              for i, (name, cfg) in enumerate(finalists)]
-    return [finalists[i] for _, i in sorted(sizes)]
+    return Tuned([finalists[i] for _, i in sorted(sizes)], coded)
 
 
 def choose(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
@@ -242,7 +264,7 @@ def choose(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
     the stack's tuning (``tune``; else this window's own), unless a small sample of
     this window finds another finalist clearly better."""
     if finalists is None:
-        finalists = tune(x, quant, candidates)
+        finalists = tune(x, quant, candidates).finalists
     if len(finalists) == 1:
         return finalists[0]
     sample = sample_tiles(x, light=True)
@@ -321,8 +343,12 @@ def encode_window(x: np.ndarray, qp: QuantParams,
 def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                candidates: tuple[str, ...] = predictors.CLASSICAL_CANDIDATES,
                                learned: Any = None, thorough: bool = False,
-                               finalists: list[tuple[str, dict]] | None = None) -> Encoded:
-    """``encode_window``, keeping the classical alternative of a learned window."""
+                               finalists: list[tuple[str, dict]] | None = None,
+                               coded_cache: dict[str, predictors.Coded] | None = None
+                               ) -> Encoded:
+    """``encode_window``, keeping the classical alternative of a learned window.
+    ``coded_cache``: full codings of this very window by configuration (``Tuned.coded``),
+    used instead of coding it again."""
     from .predictors.lossless import ordered
 
     x = np.ascontiguousarray(x)
@@ -341,8 +367,13 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
     classical = tuple(c for c in candidates if c != "learned")
     coded = None
     if classical:
+        if finalists is None:
+            tuned = tune(x, quant, classical)
+            finalists, coded_cache = tuned.finalists, tuned.coded
         name, cfg = choose(x, quant, classical, finalists)
-        coded = predictors.get(name).encode(x, quant, cfg, sign_map(x, quant))
+        coded = (coded_cache or {}).get(config_key(name, cfg))
+        if coded is None:
+            coded = predictors.get(name).encode(x, quant, cfg, sign_map(x, quant))
     worth = False
     if use_learned:
         lcfg, worth = _learned_trial(x, quant, learned, name if classical else None,
@@ -618,15 +649,18 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], threads: int) -
 @dataclass(frozen=True)
 class Tuning:
     """The classical configurations a stack's windows choose among (None: no tuning, as
-    for bit-exact floats), ranked on the stack's first window."""
+    for bit-exact floats), ranked on the stack's first window; ``head``: that window's
+    full codings (``Tuned.coded``), for the caller that codes it next (not compared)."""
 
     finalists: list[tuple[str, dict]] | None
+    head: dict[str, predictors.Coded] | None = field(default=None, compare=False, repr=False)
 
 
 def _tune_on(head: np.ndarray, qp: QuantParams, classical: tuple[str, ...]) -> Tuning:
     if not classical or qp.kind == "bits":
         return Tuning(None)
-    return Tuning(tune(np.ascontiguousarray(head), quantizer(qp), classical))
+    tuned = tune(np.ascontiguousarray(head), quantizer(qp), classical)
+    return Tuning(tuned.finalists, tuned.coded)
 
 
 def tune_stack(stack: Any, options: Options,
@@ -643,7 +677,7 @@ def tune_stack(stack: Any, options: Options,
     qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
     wlen = window_length(options.window, math.prod(shape[1:]))
     classical = tuple(c for c in options.candidates(False) if c != "learned")
-    return _tune_on(stack.read(0, min(wlen, shape[0])), qp, classical)
+    return Tuning(_tune_on(stack.read(0, min(wlen, shape[0])), qp, classical).finalists)
 
 
 def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, *,
@@ -697,16 +731,20 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         frames = ((t0, t1, first if i == 0 else stack.read(t0, t1))
                   for i, (t0, t1) in enumerate(plan))
         classical = tuple(c for c in candidates if c != "learned")
+        # the first window's codings from the tuning, when it was tuned on that window
+        cache: dict[int, dict[str, predictors.Coded] | None] = {}
         if tuning is None:
-            head = first if plan[0] == (0, min(wlen, shape[0])) else \
-                stack.read(0, min(wlen, shape[0]))
+            own = plan[0] == (0, min(wlen, shape[0]))
+            head = first if own else stack.read(0, min(wlen, shape[0]))
             tuning = _tune_on(head, qp, classical)
+            if own:
+                cache[0] = tuning.head
         finalists = tuning.finalists
 
         def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, Encoded]:
             t0, t1, x = item
             return t0, t1, encode_window_alternatives(x, qp, candidates, learned, thorough,
-                                                      finalists)
+                                                      finalists, cache.pop(t0, None))
 
         for t0, t1, enc in _ordered_map(work, frames, options.n_threads()):
             data, used = enc.payload, enc.predictor

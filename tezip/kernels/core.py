@@ -28,6 +28,16 @@ _ENTRY: dict = {}
 _ENTRY_LOCK = threading.Lock()
 
 
+def _kind(a):
+    """What decides an argument's numba type, cheaper to get than ``typeof`` (which costs
+    tens of microseconds per array: a kernel call on a small sample paid more for its
+    twenty arguments' types than for its work)."""
+    if isinstance(a, np.ndarray):
+        f = a.flags
+        return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned)
+    return type(a)
+
+
 def call(kernel, literal: tuple[int, ...], *args):
     """Call ``kernel`` with the arguments at positions ``literal`` typed as literals.
 
@@ -35,8 +45,7 @@ def call(kernel, literal: tuple[int, ...], *args):
     a compilation for plain ints; this resolves the literal signature once, compiles or
     loads it from the disk cache, and then calls the compiled entry point directly (about
     a microsecond). Safe from many threads."""
-    key = (kernel, tuple(args[i] for i in literal),
-           tuple(None if i in literal else typeof(a) for i, a in enumerate(args)))
+    key = (kernel, tuple(args[i] for i in literal), tuple(map(_kind, args)))
     ep = _ENTRY.get(key)
     if ep is None:
         sig = tuple(types.literal(a) if i in literal else typeof(a) for i, a in enumerate(args))
@@ -86,6 +95,19 @@ def bit_length(typingctx, a):
             lz = builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
             return builder.sub(ir.Constant(i64, 64), lz)
         return types.int64(types.uint64), codegen
+    return None
+
+
+@intrinsic
+def pick(typingctx, c, a, b):
+    """``a if c else b`` for a boolean and two float64 as one ``select``: no branch, so
+    the arrays a helper reads stay in one basic block and numba's reference-count
+    pruning removes their updates (an inlined helper with a branch around an array read
+    pays two atomic reference-count calls per value)."""
+    if isinstance(c, types.Boolean) and a == types.float64 and b == types.float64:
+        def codegen(context, builder, signature, args):
+            return builder.select(args[0], args[1], args[2])
+        return types.float64(types.boolean, types.float64, types.float64), codegen
     return None
 
 

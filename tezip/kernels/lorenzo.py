@@ -36,6 +36,7 @@ from .core import (
     inline,
     jit,
     log_of_exact,
+    pick,
     quantize,
     rans_next,
     reconstruct,
@@ -49,40 +50,34 @@ GROUPS = np.array([NB], np.int64)
 
 
 @inline
-def _pred(rf, af, i, x0, xl, up, prev, W, HW):
-    """Prediction and neighbour activity of point i (x0: it starts its row; xl: it ends
-    it; up: the row above exists; prev: the previous frame takes part). The activity
-    comes from the row above and the previous frame only, so that the decoder's entropy
-    decoding does not wait for the value just before."""
-    a = 0.0
-    b = 0.0
-    c = 0.0
-    s = 0
-    if not x0:
-        a = np.float64(rf[np.uint64(i - 1)])
-    if up:
-        b = np.float64(rf[np.uint64(i - W)])
-        s += 2 * np.int64(af[np.uint64(i - W)])
-        if not x0:
-            c = np.float64(rf[np.uint64(i - W - 1)])
-            s += np.int64(af[np.uint64(i - W - 1)])
-        if not xl:
-            s += np.int64(af[np.uint64(i - W + 1)])
+def _pred(rf, af, i, first, last, up, prev, W, HW):
+    """Prediction and neighbour activity of point i (``first``/``last``: it starts/ends
+    its row; ``up``: the row above exists; ``prev``: the previous frame takes part). The
+    activity comes from the row above and the previous frame only, so that the decoder's
+    entropy decoding does not wait for the value just before. A neighbour that is not
+    there counts 0: its read goes to point i itself (in bounds) and ``pick`` drops it,
+    without branches (see ``core.pick``)."""
+    left = not first
+    ul = up and left
+    pl = prev and left
+    pu = prev and up
+    pul = pu and left
+    a = pick(left, np.float64(rf[np.uint64(i - left)]), 0.0)
+    b = pick(up, np.float64(rf[np.uint64(i - up * W)]), 0.0)
+    c = pick(ul, np.float64(rf[np.uint64(i - ul * (W + 1))]), 0.0)
+    s = (2 * up * np.int64(af[np.uint64(i - up * W)])
+         + ul * np.int64(af[np.uint64(i - ul * (W + 1))]))
+    ur = up and not last
+    s += ur * np.int64(af[np.uint64(i - ur * (W - 1))])
     q = b - c
-    if prev:
-        j = i - HW
-        d = np.float64(rf[np.uint64(j)])
-        s += 2 * np.int64(af[np.uint64(j)])
-        e = 0.0
-        f = 0.0
-        g = 0.0
-        if not x0:
-            e = np.float64(rf[np.uint64(j - 1)])
-        if up:
-            f = np.float64(rf[np.uint64(j - W)])
-            if not x0:
-                g = np.float64(rf[np.uint64(j - W - 1)])
-        q = q + ((d - e) - (f - g))
+    j = i - prev * HW
+    d = pick(prev, np.float64(rf[np.uint64(j)]), 0.0)
+    s += 2 * prev * np.int64(af[np.uint64(j)])
+    e = pick(pl, np.float64(rf[np.uint64(j - pl)]), 0.0)
+    f = pick(pu, np.float64(rf[np.uint64(j - pu * W)]), 0.0)
+    g = pick(pul, np.float64(rf[np.uint64(j - pul * (W + 1))]), 0.0)
+    q2 = q + ((d - e) - (f - g))
+    q = pick(prev, q2, q)
     # the value to the left enters last: one addition on the path from one value to the
     # next (the rest does not depend on it)
     p = a + q
