@@ -16,6 +16,7 @@ import pytest
 from conftest import smooth_stack
 
 from tezip import bench
+from tezip.errors import OptionError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SKIPPED = "skipped:"
@@ -92,6 +93,45 @@ def test_missing_codecs_are_skipped_with_a_note(monkeypatch):
     assert all(r["ok"] for r in rows if r["codec"].startswith(("tezip", "zstd")))
     md = bench.to_markdown(rows)
     assert "skipped" in md and "pysz (SZ3) is not installed" in md
+
+
+def test_learned_on_lossless_floats_is_skipped_not_failed():
+    """The learned predictor refuses lossless floats by design: that row is skipped with
+    the codec's reason (it used to be FAILED, with a traceback in the row)."""
+    a = smooth_stack((4, 16, 16), dtype="float32")
+    rows = bench.bench_array("f32", a, (1e-2, None), ("auto", "learned"), codecs=("zstd",))
+    got = {(r["bound"], r["codec"]): r for r in rows}
+    r = got[(bench.LOSSLESS, "tezip-learned")]
+    assert _skipped(r) and "error" not in r, r
+    assert r["note"] == ("skipped: the learned predictor codes absolute and relative bounds "
+                         "and lossless integers, not this mode")
+    assert got[(bench.LOSSLESS, "tezip")]["ok"] is True
+    assert all(r["ok"] is True or _skipped(r) for r in rows), rows
+    md = bench.to_markdown(rows)
+    assert "FAILED" not in md and "| skipped |" in md
+    assert "- tezip-learned (f32): skipped: the learned predictor" in md
+
+
+def test_an_option_error_of_another_tezip_row_still_fails(monkeypatch):
+    def refuse(*args, **kw):
+        raise OptionError("no")
+    monkeypatch.setattr(bench.tezip, "compress", refuse)
+    rows = bench.bench_array("f32", smooth_stack((2, 8, 8)), (None,), ("classical",),
+                             codecs=())
+    assert rows[0]["ok"] is False and "FAILED: OptionError: no" in rows[0]["note"]
+
+
+def test_cli_bench_learned_on_lossless_floats_exits_0(tmp_path):
+    src = tmp_path / "tiny.npy"
+    np.save(src, smooth_stack((4, 16, 16), dtype="float32"))
+    p = subprocess.run([sys.executable, "-m", "tezip", "bench", str(src), "--bounds",
+                        "lossless", "--predictors", "auto,learned", "--codecs", "zstd"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "TEZIP_DEBUG": ""})
+    assert p.returncode == 0, p.stderr
+    assert "FAILED" not in p.stdout + p.stderr and "Traceback" not in p.stderr
+    line = [x for x in p.stderr.splitlines() if "tezip-learned" in x]
+    assert len(line) == 1 and "tezip-learned: skipped: the learned predictor" in line[0]
 
 
 def test_a_broken_bound_is_caught():

@@ -14,6 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from exact import check_bound
 from PIL import Image
 
 import tezip
@@ -165,6 +166,14 @@ CASES = [
     ("decompress {d}/a.tez {o}.npy --format tiff", 1, ["{o}.npy", "--format"]),
     ("decompress {d}/a.tez {d}/dataset_dir --format npy --force", 1, ["directory"]),
     ("decompress {d}/a.tez {o}.npy --model {d}/dataset_dir", 1, ["dataset_dir"]),
+    # the learned predictor does not code pwrel: refused before any input is read or any
+    # output made (it used to say only "not this mode", after reading the whole input)
+    ("compress {d}/a.npy {o}.tez --mode pwrel --bound 1e-2 --adapt --predictor learned", 1,
+     ["learned predictor", "point-wise relative", "--predictor auto"]),
+    ("compress {d}/missing.npy {o}.tez --mode pwrel --bound 1e-2 --predictor learned", 1,
+     ["point-wise relative", "!missing.npy"]),
+    ("prepare {d}/a.npy --out {o} --mode pwrel --bound 1e-2 --predictor learned", 1,
+     ["point-wise relative", "!rank"]),
     # general
     ("frobnicate", 2, ["frobnicate"]),
     ("compress --no-such-option", 2, ["--no-such-option"]),
@@ -188,3 +197,22 @@ def test_error_is_one_line_with_exit_code(files, tmp_path, capsys, args, code, w
         assert (w[1:] not in lines[0]) if w.startswith("!") else (w in lines[0]), (w, lines[0])
     assert not list(tmp_path.iterdir()), "an output was left behind"
     assert sorted(p.name for p in files.iterdir()) == before
+
+
+def test_adapt_with_pwrel_says_so_and_codes_classically(files, tmp_path, capsys):
+    """--adapt (predictor auto) with --mode pwrel: the learned predictor does not code
+    point-wise relative bounds, so nothing is fitted; one note says so (it used to say
+    nothing) and the classical predictors code the data."""
+    out = tmp_path / "o.tez"
+    rc = main(["compress", str(files / "a.npy"), str(out), "--adapt", "--mode", "pwrel",
+               "--bound", "1e-2", "--json"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert err.strip().splitlines() == [
+        "tezip: note: --adapt skipped: the learned predictor does not code point-wise "
+        "relative bounds (--mode pwrel); the classical predictors code the data"]
+    a = np.load(files / "a.npy")
+    with tezip.TezFile(out) as f:
+        assert f.header["model"] is None and f.header["bound"]["pw"] == 1e-2
+        assert "learned" not in {f.window_meta(i)["p"] for i in range(f.n_windows)}
+        check_bound(a, f.read_all(), "pwrel", 1e-2)

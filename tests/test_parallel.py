@@ -207,6 +207,46 @@ def test_two_ranks_share_one_large_shard(one_rank, tmp_path):
         (tmp_path / "two" / "manifest.json").read_text()
 
 
+@needs_mpi
+def test_force_rerun_over_a_finished_dataset(one_rank, tmp_path):
+    """--force over a finished data set, on two ranks then one. Shards assembled from
+    pieces used to meet the sidecar of the earlier run and fail with
+    "shard-...tez.json already exists; use --force"."""
+    root, ds, _ = one_rank
+    inputs = ["a.npy", "b.npy", "c.h5:/entry/data/data"]
+    d = tmp_path / "ds"
+    shutil.copytree(ds, d)
+    p = run("prepare", *inputs, "--out", d, *ARGS, "--force", "--json", cwd=root, mpi=2)
+    summary = json.loads(p.stdout)
+    assert summary["shards_written"] == 11 and summary["shards_reused"] == 0
+    assert sum(r["pieces"] for r in summary["per_rank"]) > 11     # some shards assembled
+    assert shard_digests(d) == shard_digests(ds)
+    assert (d / "manifest.json").read_text() == (ds / "manifest.json").read_text()
+    assert "11 shards OK" in run("verify", d).stdout
+    # one rank over the two ranks' output, with --force
+    p = run("prepare", *inputs, "--out", d, *ARGS, "--force", cwd=root)
+    assert "(11 written, 0 reused)" in p.stdout
+    assert "11 shards OK" in run("verify", d).stdout
+
+
+@needs_mpi
+def test_two_rank_rerun_with_other_options_replaces_the_sidecars(one_rank, tmp_path):
+    """No --force, other options: no shard is reusable, so every shard and its sidecar
+    is replaced, assembled ones included (they too failed on the old sidecar)."""
+    root, ds, _ = one_rank
+    inputs = ["a.npy", "b.npy", "c.h5:/entry/data/data"]
+    d = tmp_path / "ds"
+    shutil.copytree(ds, d)
+    other = ("--bound", "1e-2", *ARGS[2:])
+    run("prepare", *inputs, "--out", d, *other, cwd=root, mpi=2)
+    m = json.loads((d / "manifest.json").read_text())
+    n = len(m["shards"])
+    assert m["codec"]["bound"] == 1e-2 and f"{n} shards OK" in run("verify", d).stdout
+    assert sorted(x.name for x in d.glob("shard-*")) == [
+        f"shard-{i:06d}.tez{s}" for i in range(n) for s in ("", ".json")]
+    assert not [x for x in os.listdir(d) if x.endswith(".tmp") or x.startswith(".piece-")]
+
+
 def test_resume_rewrites_only_what_is_missing(one_rank, tmp_path):
     root, ds, _ = one_rank
     work = tmp_path / "w"

@@ -26,8 +26,9 @@ checked on the converted values; the rows' notes say so).
 
 Every codec except tezip and zstd is optional: a missing package or program gives a row
 whose note starts with ``skipped:``, never a crash; so does a codec that cannot take the
-data (a float stack for the integer image codecs). ``ffmpeg`` runs as a child process per
-encode and per decode, so its timings include starting it.
+data (a float stack for the integer image codecs; lossless floats for tezip's ``learned``
+predictor, which codes bounded and lossless integer data only). ``ffmpeg`` runs as a
+child process per encode and per decode, so its timings include starting it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any
 import numpy as np
 
 import tezip
+from tezip.errors import OptionError
 
 DEFAULT_BOUNDS: tuple[float | None, ...] = (1e-2, 1e-3, 1e-4, None)
 LOSSLESS = "lossless"
@@ -206,9 +208,12 @@ def _skip(case: _Case, codec: str, why: str, note: str = "") -> Row:
 
 def _measure(row: Row, case: _Case, encode: Callable[[], Any],
              decode: Callable[[Any], np.ndarray], size: Callable[[Any], int],
-             check: Callable[[np.ndarray], tuple[float, bool]]) -> Row:
+             check: Callable[[np.ndarray], tuple[float, bool]],
+             unsupported: tuple[type[Exception], ...] = ()) -> Row:
     """Fill ``row`` with ratio, speeds, PSNR (lossy rows) and the error check; a failure
-    is recorded in the row (``ok`` False, the traceback in ``error``) rather than raised."""
+    is recorded in the row (``ok`` False, the traceback in ``error``) rather than raised.
+    ``unsupported``: exceptions by which ``encode`` refuses the data by design; the row
+    is then skipped with the exception's message as the reason, not failed."""
     a = case.a
     try:
         t_enc, blob = _best_time(encode, case.repeat)
@@ -225,6 +230,8 @@ def _measure(row: Row, case: _Case, encode: Callable[[], Any],
             if err == math.inf:
                 what += " (NaN/Inf not reproduced, or wrong shape)"
             row["note"] = _join(row["note"], what)
+    except unsupported as exc:
+        row.update(note=_join(row["note"], f"skipped: {exc}"))
     except Exception as exc:  # noqa: BLE001 - a benchmark reports failures, it does not stop
         row.update(ok=False, error=traceback.format_exc(),
                    note=_join(row["note"], f"FAILED: {type(exc).__name__}: {exc}"))
@@ -293,7 +300,11 @@ def _tezip_rows(case: _Case, predictors: Sequence[str]) -> list[Row]:
         def dec(blob: bytes, threads: int = threads) -> np.ndarray:
             return tezip.decompress(blob, threads=threads)
 
-        rows.append(_measure(row, case, enc, dec, len, check))
+        # the learned predictor refuses some data by design (lossless floats; no model
+        # installed), before encoding anything: that row is skipped, as for a codec that
+        # cannot take the data, not failed
+        unsupported = (OptionError,) if pred == "learned" else ()
+        rows.append(_measure(row, case, enc, dec, len, check, unsupported))
     return rows
 
 

@@ -171,6 +171,7 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
         raise OptionError(f"{output}: compress writes a .tez file, or an HDF5 file "
                           f"({', '.join(_HDF5_SUFFIXES)}) with the compressed stream inside; "
                           "give the output one of those extensions")
+    _notes(opts.notes())                    # e.g. --adapt with --mode pwrel: nothing to fit
     embed = suffix in _HDF5_SUFFIXES
     with io.open_input(input, dataset=dataset, format=fmt, keep_file=not data_only) as stack, \
             _bar(stack.shape[0], "compress") as bar:

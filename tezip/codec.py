@@ -94,6 +94,20 @@ class Options:
             raise OptionError(f"adapt seconds must be positive, got {self.adapt_seconds}")
         if self.min_decode_mbps is not None and not self.min_decode_mbps >= 0:
             raise OptionError(f"min decode MB/s must be >= 0, got {self.min_decode_mbps}")
+        if self.predictor == "learned" and self.bound.mode == "pwrel":
+            # known before reading any data (resolve_model would refuse it only then)
+            raise OptionError("the learned predictor codes absolute and relative bounds and "
+                              "lossless integers, not point-wise relative bounds (--mode "
+                              "pwrel); use --predictor auto or classical, or --mode abs or "
+                              "rel")
+
+    def notes(self) -> list[str]:
+        """What these options ask for that the codec will not do (it codes on without
+        it), one line each, for the caller to tell the user before any work."""
+        if self.adapt and self.bound.mode == "pwrel":
+            return ["--adapt skipped: the learned predictor does not code point-wise "
+                    "relative bounds (--mode pwrel); the classical predictors code the data"]
+        return []
 
     def candidates(self, learned: bool = False) -> tuple[str, ...]:
         """The predictors to try (``learned``: a model is at hand)."""

@@ -223,9 +223,11 @@ def text(manifest: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
-def write_json(path: str | os.PathLike[str], obj: Any, body: str | None = None) -> None:
-    """``obj`` as JSON (or ``body``) at ``path``, through the one atomic-output helper."""
-    with atomic_output(path) as tmp:
+def write_json(path: str | os.PathLike[str], obj: Any, body: str | None = None, *,
+               force: bool = False) -> None:
+    """``obj`` as JSON (or ``body``) at ``path``, through the one atomic-output helper;
+    ``force``: replace a file already there (else OutputExistsError)."""
+    with atomic_output(path, force=force) as tmp:
         Path(tmp).write_text(json.dumps(obj) + "\n" if body is None else body)
 
 

@@ -408,6 +408,9 @@ class Run:
             if plan.owner[s] != comm.rank:
                 continue
             try:
+                # as for a whole-shard piece: the old sidecar goes before its shard does
+                side = self.cfg.out / (self.shards[s].file + sh.SIDECAR)
+                side.unlink(missing_ok=True)
                 sh.assemble(self.cfg.out / self.shards[s].file, [Path(p) for p in plan.jobs[s]])
                 local[s] = self.finish_shard(s)
             except Exception as exc:

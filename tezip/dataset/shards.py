@@ -194,6 +194,10 @@ def record(out: Path, shard: Shard, src: Source, info: SourceInfo) -> dict[str, 
 def write_sidecar(out: Path, shard: Shard, key: Any, rec: dict[str, Any],
                   part: list[float] | None, vrange: tuple[float, float] | None,
                   mhash: str | None) -> None:
+    """The resume record of ``shard``, just written. It replaces the sidecar of an
+    earlier run: that one described the shard file this run has replaced (``--force``,
+    other options), and is tezip's own bookkeeping, not a user's output."""
     write_json(out / (shard.file + SIDECAR),
                {"key": key, "record": rec, "part_range": part,
-                "vrange": list(vrange) if vrange is not None else None, "model_hash": mhash})
+                "vrange": list(vrange) if vrange is not None else None, "model_hash": mhash},
+               force=True)
