@@ -168,15 +168,10 @@ def sample_tiles(x: np.ndarray, light: bool = False) -> np.ndarray:
     ny, nx = h // tile, w // tile
     per = t * tile * tile * (x.shape[3] if x.ndim == 4 else 1)
     k = min(ny * nx, max(2, math.ceil(max(least, frac * x.size) / per)))
-    with np.errstate(all="ignore"):
-        f = x[:: max(1, t // 4), :ny * tile, :nx * tile].astype(np.float64)
-        if f.ndim == 4:
-            f = f.mean(axis=3)
-        act = np.abs(np.diff(f, axis=0)).sum(0) if f.shape[0] > 1 else np.zeros(f.shape[1:])
-        act += np.abs(np.diff(f[0], axis=0, prepend=f[0][:1]))
-        act += np.abs(np.diff(f[0], axis=1, prepend=f[0][:, :1]))
-        act = np.nan_to_num(act, nan=0.0, posinf=0.0, neginf=0.0)
-    per_block = act.reshape(ny, tile, nx, tile).sum(axis=(1, 3)).ravel()
+    from .kernels.sample import tile_activity
+
+    x4 = x if x.ndim == 4 else x[..., None]
+    per_block = tile_activity(x4, max(1, t // 4), tile, ny, nx)
     picks = np.argsort(-per_block, kind="stable")[:k]
     tiles = [x[:, (b // nx) * tile:(b // nx + 1) * tile, (b % nx) * tile:(b % nx + 1) * tile]
              for b in sorted(picks.tolist())]

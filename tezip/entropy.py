@@ -61,11 +61,12 @@ def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
     cnt, zsum, zcnt, blen = K.ctx_stats(codes, ctx, n_ctx, FLAG, outliers)
     cmap, n_class = K.class_map(cnt, groups)
     kb = K.choose_kb(zsum, zcnt, cmap, n_class)
-    syms, cls, low, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb, n_class,
-                                         K.stream_bytes(blen, cmap, kb))
+    syms, cls, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb,
+                                                 n_class, K.stream_bytes(blen, cmap, kb))
     freq = K.normalize(counts)
     words = K.rans_encode(syms, cls, freq)
-    return Streams(_pack_model(cmap, kb, freq), words.astype("<u2").tobytes(), low.tobytes())
+    return Streams(_pack_model(cmap, kb, freq), words.astype("<u2").tobytes(),
+                   low.astype("<u8", copy=False).tobytes()[:nbytes])
 
 
 def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,

@@ -30,38 +30,42 @@ GROUPS = np.array([NB], np.int64)
 
 
 @inline
-def _pred(qf, i, t, y, xx, HW, W, kind):
-    """Prediction (uint64, modulo 2^64) of point i from earlier points."""
-    zero = np.uint64(0)
-    if kind == 0 and t > 0:
-        return qf[np.uint64(i - HW)]
-    a = qf[np.uint64(i - 1)] if xx > 0 else zero
-    b = qf[np.uint64(i - W)] if y > 0 else zero
-    c = qf[np.uint64(i - W - 1)] if (xx > 0 and y > 0) else zero
-    p = a + b - c
-    if kind == 2 and t > 0:
-        j = i - HW
-        d = qf[np.uint64(j)]
-        e = qf[np.uint64(j - 1)] if xx > 0 else zero
-        f = qf[np.uint64(j - W)] if y > 0 else zero
-        g = qf[np.uint64(j - W - 1)] if (xx > 0 and y > 0) else zero
-        p = p + d - e - f + g
-    return p
+def _pred(qf, i, qa, t, y, xx, HW, W, kind):
+    """Prediction (uint64, modulo 2^64) of point i from earlier points; ``qa``: the
+    value to its left (carried in a register by the caller). Without branches: a
+    neighbour that is not there is read at point i itself and multiplied by 0, and the
+    kinds are selected by masks (an inlined helper with branches around array reads pays
+    reference-count calls per value; see ``core.pick``)."""
+    left = np.uint64(xx > 0)
+    up = np.uint64(y > 0)
+    ul = left & up
+    pv = np.uint64(t > 0 and kind != 1)
+    b = qf[np.uint64(i - up * W)] * up
+    c = qf[np.uint64(i - ul * (W + 1))] * ul
+    p2 = qa * left + b - c
+    j = np.uint64(i) - pv * np.uint64(HW)
+    d = qf[j] * pv
+    e = qf[j - pv * left] * (pv & left)
+    f = qf[j - pv * up * np.uint64(W)] * (pv & up)
+    g = qf[j - pv * ul * np.uint64(W + 1)] * (pv & ul)
+    p3 = p2 + d - e - f + g
+    m0 = np.uint64(0) - np.uint64(kind == 0 and t > 0)
+    m3 = np.uint64(0) - np.uint64(kind == 2 and t > 0)
+    m2 = ~(m0 | m3)
+    return (d & m0) | (p3 & m3) | (p2 & m2)
 
 
 @inline
 def _ctx(act, i, t, y, xx, HW, W):
-    s = 0
-    m = 0
-    if xx > 0:
-        s += np.int64(act[np.uint64(i - 1)])
-        m += 1
-    if y > 0:
-        s += np.int64(act[np.uint64(i - W)])
-        m += 1
-    g = 1 if t == 0 else 0
-    b = (s + m // 2) // m if m else 0
-    return g * NB + (b if b < NB else NB - 1)
+    """Context: group (first frame or not) x rounded mean bit length of the left and
+    upper neighbours' residuals (branch-free, as ``_pred``)."""
+    left = np.int64(xx > 0)
+    up = np.int64(y > 0)
+    s = (left * np.int64(act[np.uint64(i - left)])
+         + up * np.int64(act[np.uint64(i - up * W)]))
+    h = (left + up) >> 1                 # the mean of 0, 1 or 2 values, rounded
+    b = (s + h) >> h
+    return np.int64(t == 0) * NB + min(b, NB - 1)
 
 
 @jit
@@ -75,9 +79,12 @@ def encode(q, kind, act, codes, ctx):
     n = 0
     for t in range(T):
         for y in range(H):
+            qa = np.uint64(0)
             for xx in range(W):
                 i = t * HW + y * W + xx
-                r = qf[np.uint64(i)] - _pred(qf, i, t, y, xx, HW, W, kind)
+                qi = qf[np.uint64(i)]
+                r = qi - _pred(qf, i, qa, t, y, xx, HW, W, kind)
+                qa = qi
                 ctx[n] = _ctx(af, i, t, y, xx, HW, W)
                 k = np.int64(r)
                 codes[n] = k
@@ -103,6 +110,7 @@ def decode(q, kind, act, cmap, kbs, lut, fc, words, lw, st):
     nlw = lw.size - 2
     for t in range(T):
         for y in range(H):
+            qa = np.uint64(0)
             for xx in range(W):
                 i = t * HW + y * W + xx
                 c = np.int64(cmap[_ctx(af, i, t, y, xx, HW, W)])
@@ -121,7 +129,8 @@ def decode(q, kind, act, cmap, kbs, lut, fc, words, lw, st):
                     lo, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
                     z |= lo
                 r = (z >> np.uint64(1)) ^ (np.uint64(0) - (z & np.uint64(1)))
-                qf[np.uint64(i)] = _pred(qf, i, t, y, xx, HW, W, kind) + r
+                qa = _pred(qf, i, qa, t, y, xx, HW, W, kind) + r
+                qf[np.uint64(i)] = qa
                 af[np.uint64(i)] = bit_length(z)
     st[0] = x0
     st[1] = x1

@@ -150,10 +150,10 @@ def bucket(r):
     NB - 1; read off the float's exponent and top mantissa bit (exact)."""
     bits = f64_bits(r * 16.0)
     e = (bits >> 52) - 1023
-    if e < 0:
-        return 0
+    # below 1/16 (e < 0) this is <= 0: clamped to 0 as the top bucket is, by min/max
+    # (conditional moves: a value-dependent branch here mispredicts often)
     b = 1 + 2 * e + ((bits >> 51) & 1)
-    return b if b < NB else NB - 1
+    return min(max(b, 0), NB - 1)
 
 
 @inline
@@ -182,7 +182,13 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
         if not (abs(pt) < 1e300):
             pt = 0.0
         pr = math.floor(pt + 0.5)
-        kf = math.floor((xo - pr + e_int) / step)
+        # floor(v / step) of integers: a multiply by the reciprocal, off by at most one
+        # next to a multiple, corrected exactly (a division would sit on the path from
+        # one value to the next in Lorenzo order)
+        v = xo - pr + e_int
+        kf = math.floor(v * inv)
+        rem = v - kf * step
+        kf += (rem >= step) - (rem < 0.0)
         if abs(kf) <= KMAX:
             o = pr + kf * step
             o = lo if o < lo else (hi if o > hi else o)

@@ -108,31 +108,14 @@ def stream_bytes(blen, cmap, kb):
 
 
 @inline
-def _add(v, n, acc, nacc):
-    """Append n (<= 32) bits of v to the accumulator; returns the 32-bit word to flush
-    (or -1)."""
-    acc |= (v & ((np.uint64(1) << np.uint64(n)) - np.uint64(1))) << np.uint64(nacc)
-    nacc += n
-    if nacc >= 32:
-        return acc >> np.uint64(32), nacc - 32, np.int64(acc & np.uint64(0xFFFFFFFF))
-    return acc, nacc, np.int64(-1)
-
-
-@jit
-def _put_long(v, n, acc, nacc, low, lp):
-    """Append n (<= 64) bits: escapes and wide low bits (a real call, rarely taken)."""
-    while n > 0:
-        take = n if n < 32 else 32
-        acc, nacc, word = _add(v, take, acc, nacc)
-        if word >= 0:
-            low[np.uint64(lp)] = word & 0xFF
-            low[np.uint64(lp + 1)] = (word >> 8) & 0xFF
-            low[np.uint64(lp + 2)] = (word >> 16) & 0xFF
-            low[np.uint64(lp + 3)] = (word >> 24) & 0xFF
-            lp += 4
-        v >>= np.uint64(take)
-        n -= take
-    return acc, nacc, lp
+def _put(low, bp, v, n):
+    """Append the n (<= 64) bits of v (v < 2^n) at bit position ``bp`` of ``low``, a
+    zeroed little-endian stream of 64-bit words; no branches."""
+    w = np.uint64(bp >> 6)
+    sh = np.uint64(bp & 63)
+    low[w] |= v << sh
+    low[w + np.uint64(1)] |= (v >> np.uint64(1)) >> (np.uint64(63) - sh)
+    return bp + n
 
 
 @jit
@@ -140,17 +123,16 @@ def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
     """Codes -> (symbols, classes, bit stream, counts per class and symbol). With
     ``use_flag``, codes equal to ``outl_flag`` mark outliers. The bit stream holds, per
     code, an escape's high part (6-bit length, then the bits) and the class's low bits,
-    least significant bit first; ``low_bytes`` bounds its size (``stream_bytes``)."""
+    least significant bit first; ``low_bytes`` bounds its size (``stream_bytes``). It is
+    returned as 64-bit words (the first ``nbytes`` bytes of their little-endian bytes)."""
     n = codes.size
     syms = np.empty(n, np.uint8)
     cls = np.empty(n, np.uint8)
-    low = np.empty(low_bytes + 8, np.uint8)
+    low = np.zeros(low_bytes // 8 + 3, np.uint64)
     # two count tables, alternating: consecutive equal symbols would otherwise wait on
     # each other's increment
     counts2 = np.zeros((2, n_class, ALPHABET), np.int64)
-    acc = np.uint64(0)
-    nacc = 0
-    lp = 0
+    bp = 0
     for i in range(n):
         c = cmap[ctx[i]]
         cls[i] = c
@@ -170,26 +152,12 @@ def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
             counts2[i & 1, c, ESC] += 1
             e = hi - np.uint64(ESC)
             ln = bit_length(e)
-            acc, nacc, lp = _put_long(np.uint64(ln), 6, acc, nacc, low, lp)
-            acc, nacc, lp = _put_long(e, ln, acc, nacc, low, lp)
-        if kk:
-            lowv = z & ((np.uint64(1) << np.uint64(kk)) - np.uint64(1))
-            if kk <= 32:
-                acc, nacc, word = _add(lowv, kk, acc, nacc)
-                if word >= 0:
-                    low[np.uint64(lp)] = word & 0xFF
-                    low[np.uint64(lp + 1)] = (word >> 8) & 0xFF
-                    low[np.uint64(lp + 2)] = (word >> 16) & 0xFF
-                    low[np.uint64(lp + 3)] = (word >> 24) & 0xFF
-                    lp += 4
-            else:
-                acc, nacc, lp = _put_long(lowv, kk, acc, nacc, low, lp)
-    while nacc > 0:
-        low[lp] = np.uint8(acc & np.uint64(0xFF))
-        lp += 1
-        acc >>= np.uint64(8)
-        nacc -= 8
-    return syms, cls, low[:lp].copy(), counts2[0] + counts2[1]
+            bp = _put(low, bp, np.uint64(ln), 6)
+            bp = _put(low, bp, e, ln)
+        # kk == 0 appends nothing (no branch on it: classes with and without low bits
+        # alternate from value to value)
+        bp = _put(low, bp, z & ((np.uint64(1) << np.uint64(kk)) - np.uint64(1)), kk)
+    return syms, cls, low, (bp + 7) // 8, counts2[0] + counts2[1]
 
 
 @jit

@@ -50,19 +50,23 @@ GROUPS = np.array([NB], np.int64)
 
 
 @inline
-def _pred(rf, af, i, first, last, up, prev, W, HW):
+def _pred(rf, af, i, ra, first, last, up, prev, W, HW):
     """Prediction and neighbour activity of point i (``first``/``last``: it starts/ends
     its row; ``up``: the row above exists; ``prev``: the previous frame takes part). The
     activity comes from the row above and the previous frame only, so that the decoder's
     entropy decoding does not wait for the value just before. A neighbour that is not
     there counts 0: its read goes to point i itself (in bounds) and ``pick`` drops it,
-    without branches (see ``core.pick``)."""
+    without branches (see ``core.pick``). ``ra``: the value to the left, as stored in
+    ``rf``, carried in a register by the caller (a load right after its store would put
+    the store-to-load latency on the path from one value to the next). What is stored
+    there is exact in ``rf``'s type (``to_out`` rounded it; ``rf`` is float64 in the log
+    domain and with a base), so the carried value is the stored one."""
     left = not first
     ul = up and left
     pl = prev and left
     pu = prev and up
     pul = pu and left
-    a = pick(left, np.float64(rf[np.uint64(i - left)]), 0.0)
+    a = pick(left, ra, 0.0)
     b = pick(up, np.float64(rf[np.uint64(i - up * W)]), 0.0)
     c = pick(ul, np.float64(rf[np.uint64(i - ul * (W + 1))]), 0.0)
     s = (2 * up * np.int64(af[np.uint64(i - up * W)])
@@ -88,16 +92,18 @@ def _pred(rf, af, i, first, last, up, prev, W, HW):
 def _enc_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, n, no):
     xf, bf, of, rf, sf, af, codes, ctx, outp = arrs
     step, inv, e_int, eb, lo, hi = qp
+    ra = 0.0
     for xx in range(W):
         i = row + xx
         ui = np.uint64(i)
-        p, s = _pred(rf, af, i, xx == 0, xx == W - 1, up, prev, W, HW)
+        p, s = _pred(rf, af, i, ra, xx == 0, xx == W - 1, up, prev, W, HW)
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
             if sv == 2 or sv == -2:
                 of[ui] = 0.0 if sv > 0 else -0.0
                 rf[ui] = p
+                ra = p
                 af[ui] = 0
                 continue
             sg = 1.0 if sv > 0 else -1.0
@@ -109,7 +115,8 @@ def _enc_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, n, no):
         if ok:
             codes[n] = k
             of[ui] = o
-            rf[ui] = r if mode == MODE_LOG else o - b
+            ra = r if mode == MODE_LOG else o - b
+            rf[ui] = ra
             ak = abs(k)
             af[ui] = ak if ak < 255 else 255
         else:
@@ -120,12 +127,15 @@ def _enc_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, n, no):
             if abs(xo) < np.inf:
                 of[ui] = xo
                 rf[ui] = log_of_exact(xo, p) if mode == MODE_LOG else xo - b
+                ra = np.float64(rf[ui])
             elif mode == MODE_LOG:
                 of[ui] = 0.0
                 rf[ui] = p
+                ra = np.float64(rf[ui])
             else:
                 of[ui] = to_out(finite(pt), otype, lo, hi)
                 rf[ui] = of[ui] - b
+                ra = np.float64(rf[ui])
         n += 1
     return n, no
 
@@ -166,16 +176,18 @@ def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
     nov = outv.size
     nw1 = words.size - 1
     nlw = lw.size - 2
+    ra = 0.0
     for xx in range(W):
         i = row + xx
         ui = np.uint64(i)
-        p, s = _pred(rf, af, i, xx == 0, xx == W - 1, up, prev, W, HW)
+        p, s = _pred(rf, af, i, ra, xx == 0, xx == W - 1, up, prev, W, HW)
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
             if sv == 2 or sv == -2:
                 of[ui] = 0.0 if sv > 0 else -0.0
                 rf[ui] = p
+                ra = p
                 af[ui] = 0
                 continue
             sg = 1.0 if sv > 0 else -1.0
@@ -195,12 +207,15 @@ def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
             if abs(v) < np.inf:
                 of[ui] = v
                 rf[ui] = log_of_exact(v, p) if mode == MODE_LOG else v - b
+                ra = np.float64(rf[ui])
             elif mode == MODE_LOG:
                 of[ui] = 0.0
                 rf[ui] = p
+                ra = np.float64(rf[ui])
             else:
                 of[ui] = to_out(finite(pt), otype, lo, hi)
                 rf[ui] = of[ui] - b
+                ra = np.float64(rf[ui])
             continue
         hv = np.uint64(sym)
         if sym >= ESC:
@@ -217,10 +232,10 @@ def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
         af[ui] = ak if ak < 255 else 255
         o, r = reconstruct(mode, otype, k, pt, step, lo, hi, sg)
         of[ui] = o
-        if mode == MODE_LOG:
-            rf[ui] = r
-        elif has_base:
-            rf[ui] = o - b
+        # rf is of itself unless in the log domain or with a base; stored again then,
+        # so that the value carried to the right is read right after its store
+        ra = r if mode == MODE_LOG else o - b
+        rf[ui] = ra
     return x0, x1, wp, bpos, op
 
 
