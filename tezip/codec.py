@@ -323,6 +323,7 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                learned: Any = None, thorough: bool = False,
                                finalists: list[tuple[str, dict]] | None = None) -> Encoded:
     """``encode_window``, keeping the classical alternative of a learned window."""
+    from . import payload
     from .predictors.lossless import ordered
 
     x = np.ascontiguousarray(x)
@@ -338,7 +339,7 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         cfg = min(pred.configs(q), key=lambda c: _estimate(pred.encode(sample, c), 8))
         data = _pack(x, quant, pred.encode(q, cfg), "bits", x)
         del q, sample                       # the byte-plane coding needs its own memory
-        alt = _pack_shuffle(x)
+        alt = _pack_shuffle(x, payload.peek_meta(data)["c"])
         if len(alt) < len(data):
             return Encoded(alt, "shuffle")
         return Encoded(data, "bits")
@@ -383,12 +384,14 @@ def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
     return payload.pack(meta, sections)
 
 
-def _pack_shuffle(x: np.ndarray) -> bytes:
-    """Code a bit-exact float window as byte planes + zstd (``predictors.shuffle``)."""
+def _pack_shuffle(x: np.ndarray, crc: int | None = None) -> bytes:
+    """Code a bit-exact float window as byte planes + zstd (``predictors.shuffle``);
+    ``crc``: ``window_crc(x)`` if already known."""
     from . import payload
 
     cfg, sections = predictors.get("shuffle").encode(x)
-    meta = {"p": "shuffle", "cfg": cfg, "n": int(x.shape[0]), "o": 0, "c": window_crc(x)}
+    meta = {"p": "shuffle", "cfg": cfg, "n": int(x.shape[0]), "o": 0,
+            "c": window_crc(x) if crc is None else crc}
     return payload.pack(meta, sections)
 
 
