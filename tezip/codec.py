@@ -323,7 +323,6 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                learned: Any = None, thorough: bool = False,
                                finalists: list[tuple[str, dict]] | None = None) -> Encoded:
     """``encode_window``, keeping the classical alternative of a learned window."""
-    from . import payload
     from .predictors.lossless import ordered
 
     x = np.ascontiguousarray(x)
@@ -339,7 +338,7 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         cfg = min(pred.configs(q), key=lambda c: _estimate(pred.encode(sample, c), 8))
         data = _pack(x, quant, pred.encode(q, cfg), "bits", x)
         del q, sample                       # the byte-plane coding needs its own memory
-        alt = _pack_shuffle(x, payload.peek_meta(data)["c"])
+        alt = _pack_shuffle(x, data)
         if len(alt) < len(data):
             return Encoded(alt, "shuffle")
         return Encoded(data, "bits")
@@ -384,14 +383,15 @@ def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
     return payload.pack(meta, sections)
 
 
-def _pack_shuffle(x: np.ndarray, crc: int | None = None) -> bytes:
+def _pack_shuffle(x: np.ndarray, other: bytes | None = None) -> bytes:
     """Code a bit-exact float window as byte planes + zstd (``predictors.shuffle``);
-    ``crc``: ``window_crc(x)`` if already known."""
+    ``other``: another payload of ``x``, whose CRC of the (same, exact) reconstruction
+    is reused."""
     from . import payload
 
     cfg, sections = predictors.get("shuffle").encode(x)
-    meta = {"p": "shuffle", "cfg": cfg, "n": int(x.shape[0]), "o": 0,
-            "c": window_crc(x) if crc is None else crc}
+    crc = window_crc(x) if other is None else payload.peek_meta(other)["c"]
+    meta = {"p": "shuffle", "cfg": cfg, "n": int(x.shape[0]), "o": 0, "c": crc}
     return payload.pack(meta, sections)
 
 
