@@ -30,3 +30,14 @@ def test_fixture_decodes_bit_for_bit(path):
     assert got.dtype == want.dtype and got.shape == want.shape
     assert got.tobytes() == want.tobytes()
     assert part.tobytes() == want[1:3].tobytes()
+
+
+def test_the_byte_plane_fixture_covers_every_transform():
+    """v2/f32_lossless_shuffle (written after the rest of v2, when the 'shuffle' coding of
+    bit-exact floats came): a window for each of its transforms, two with a fill mask."""
+    path = Path(__file__).parent / "fixtures" / "v2" / "f32_lossless_shuffle.tez"
+    with tezip.open(path) as f:
+        cfgs = [f.window_meta(i)["cfg"] for i in range(f.n_windows)]
+        assert {f.window_meta(i)["p"] for i in range(f.n_windows)} == {"shuffle"}
+    assert sorted(c["t"] for c in cfgs) == ["raw", "space", "time"]
+    assert sum(c["fill"] is not None for c in cfgs) == 2

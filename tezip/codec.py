@@ -371,8 +371,12 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         q = ordered(x)
         sample = sample_tiles(q)
         cfg = min(pred.configs(q), key=lambda c: _estimate(pred.encode(sample, c), 8))
-        coded = pred.encode(q, cfg)
-        return Encoded(_pack(x, quant, coded, "bits", x), "bits")
+        data = _pack(x, quant, pred.encode(q, cfg), "bits", x)
+        del q, sample                       # the byte-plane coding needs its own memory
+        alt = _pack_shuffle(x, data)
+        if len(alt) < len(data):
+            return Encoded(alt, "shuffle")
+        return Encoded(data, "bits")
     classical = tuple(c for c in candidates if c != "learned")
     coded = None
     if classical:
@@ -419,6 +423,18 @@ def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
     return payload.pack(meta, sections)
 
 
+def _pack_shuffle(x: np.ndarray, other: bytes | None = None) -> bytes:
+    """Code a bit-exact float window as byte planes + zstd (``predictors.shuffle``);
+    ``other``: another payload of ``x``, whose CRC of the (same, exact) reconstruction
+    is reused."""
+    from . import payload
+
+    cfg, sections = predictors.get("shuffle").encode(x)
+    crc = window_crc(x) if other is None else payload.peek_meta(other)["c"]
+    meta = {"p": "shuffle", "cfg": cfg, "n": int(x.shape[0]), "o": 0, "c": crc}
+    return payload.pack(meta, sections)
+
+
 def _learned_refusal(x: np.ndarray, quant: Quantizer, learned: Any) -> str:
     if learned is None:
         return ("--predictor learned needs a model: --adapt (fit one to the data), --model "
@@ -444,7 +460,7 @@ def decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
     n = math.prod(shape)
     dtype = np.dtype(qp.dtype)
     limits = {"low": 17 * n + 8, "outliers": n * dtype.itemsize,
-              "masks": 2 * ((n + 7) // 8)}
+              "masks": 2 * ((n + 7) // 8), "planes": 2 * n * dtype.itemsize + 1024}
     p = payload.unpack(data, limits)
     meta = p.meta
     try:
@@ -459,11 +475,21 @@ def decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
             raise CorruptFileError("window uses a learned predictor but the file names no "
                                    "model")
         pred = learned
-    elif name not in predictors.names() or (name == "bits") != (qp.kind == "bits"):
+    elif (name not in predictors.names()
+          or (name in predictors.LOSSLESS) != (qp.kind == "bits")):
         raise CorruptFileError(f"window uses unknown predictor '{name}'")
     else:
         pred = predictors.get(name)
     cfg = pred.validate(cfg, shape)
+    if name == "shuffle":
+        if n_out or any(p.sections[s] for s in ("model", "words", "low", "outliers")):
+            raise CorruptFileError("unexpected sections in a byte-plane window")
+        out = pred.decode(shape, dtype, cfg, p.sections["masks"], p.sections["planes"])
+        if window_crc(out) != crc:
+            raise CorruptFileError("decoded window does not match its checksum")
+        return out
+    if p.sections["planes"]:
+        raise CorruptFileError("unexpected planes section")
     quant = quantizer(qp)
     tables = entropy.tables(entropy.Streams(p.sections["model"], p.sections["words"],
                                             p.sections["low"]), pred.n_ctx)

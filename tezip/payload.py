@@ -8,7 +8,10 @@ of the forecasts.
 
 Sections, in order: the entropy model, the rANS words, the bit stream (escapes and raw
 low bits), the outliers' exact values (native dtype, little-endian, in coding order), the sign and
-zero masks (point-wise relative mode). Unused sections are empty.
+zero masks (point-wise relative mode; the fill mask of ``shuffle``), the byte planes of
+``shuffle`` (its own zstd frames). Unused sections are empty. The last section is newer
+than the others: a payload without it lists five sizes (every payload written before it,
+and every one that leaves it empty, so those bytes did not change).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from dataclasses import dataclass
 from .entropy import unzstd_exact, zstd
 from .errors import CorruptFileError
 
-SECTIONS = ("model", "words", "low", "outliers", "masks")
+SECTIONS = ("model", "words", "low", "outliers", "masks", "planes")
+_BASE = 5                 # sections every payload lists; the later ones only when used
 _COMPRESSIBLE = {"low", "outliers", "masks"}
 _META_LEN = struct.Struct("<I")
 MAX_META = 1 << 16
@@ -35,7 +39,8 @@ class Payload:
 
 def pack(meta: dict, sections: dict[str, bytes]) -> bytes:
     parts, raw = [], []
-    for name in SECTIONS:
+    used = max([_BASE] + [i + 1 for i, n in enumerate(SECTIONS) if sections.get(n)])
+    for name in SECTIONS[:used]:
         data = sections.get(name, b"")
         size = 0
         if name in _COMPRESSIBLE and len(data) >= 64:
@@ -86,11 +91,12 @@ def unpack(payload: bytes, limits: dict[str, int]) -> Payload:
         raw = [int(v) for v in meta["z"]]
     except (KeyError, TypeError, ValueError, OverflowError):
         raise CorruptFileError("bad window metadata") from None
-    if (len(sizes) != len(SECTIONS) or len(raw) != len(SECTIONS) or min(sizes) < 0
-            or min(raw) < 0 or pos + sum(sizes) != len(payload)):
+    if (not _BASE <= len(sizes) <= len(SECTIONS) or len(raw) != len(sizes) or min(sizes) < 0
+            or min(raw) < 0 or pos + sum(sizes) != len(payload)
+            or (len(sizes) > _BASE and sizes[-1] == 0)):
         raise CorruptFileError("window metadata does not match its payload")
-    sections = {}
-    for name, size, rsize in zip(SECTIONS, sizes, raw, strict=True):
+    sections = dict.fromkeys(SECTIONS, b"")
+    for name, size, rsize in zip(SECTIONS, sizes, raw, strict=False):
         data = payload[pos:pos + size]
         pos += size
         limit = limits.get(name, math.inf)

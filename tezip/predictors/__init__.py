@@ -6,6 +6,9 @@ behind typed interfaces and a registry.
   entropy decoding. The classical ones (``interp``, ``lorenzo``, ``spatial``) and the
   learned one (``learned``: a forecast of each frame plus a spatial stage on its error).
 - ``GridPredictor``: integer codes in and out (the bit patterns of bit-exact floats).
+- ``shuffle`` (``shuffle.ByteShuffle``): bit-exact floats as byte planes + zstd; it
+  writes its own payload sections instead of codes, and a window takes it instead of
+  ``bits`` when it codes smaller (``LOSSLESS``).
 
 Each predictor proposes its own configurations (``configs``); the codec ranks them by
 estimated size on a sample of the window and codes the window with the best. The codec
@@ -136,8 +139,12 @@ def get(name: str) -> Any:
 
 
 for _name, _target in (("interp", "classical:Interpolation"), ("lorenzo", "classical:Lorenzo3D"),
-                       ("spatial", "classical:Lorenzo2D"), ("bits", "lossless:BitsLorenzo")):
+                       ("spatial", "classical:Lorenzo2D"), ("bits", "lossless:BitsLorenzo"),
+                       ("shuffle", "shuffle:ByteShuffle")):
     register(_name, f"tezip.predictors.{_target}")
+
+# the codings of bit-exact floats, chosen per window by their real size
+LOSSLESS = ("bits", "shuffle")
 
 # tried by 'classical' and 'auto'
 CLASSICAL_CANDIDATES = ("interp", "lorenzo", "spatial")
