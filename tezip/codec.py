@@ -141,8 +141,12 @@ def classical_decode_mbps(itemsize: int) -> float:
 
 
 def window_crc(values: np.ndarray) -> int:
-    return zlib.crc32(np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"),
-                                                          copy=False).tobytes()) & 0xFFFFFFFF
+    """CRC-32 of the values' little-endian bytes (read in place, no copy)."""
+    a = np.ascontiguousarray(values)
+    le = a.dtype.newbyteorder("<")
+    if a.dtype != le:
+        a = a.astype(le)
+    return zlib.crc32(a.reshape(-1).view(np.uint8)) & 0xFFFFFFFF
 
 
 _TILE = 33                # sample tiles: _TILE x _TILE pixels over every frame of the window
@@ -232,11 +236,12 @@ def config_key(name: str, cfg: dict) -> str:
     return name + json.dumps(cfg, sort_keys=True)
 
 
-def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...]) -> Tuned:
+def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
+         threads: int = 1) -> Tuned:
     """Every candidate predictor tuned on a sample of ``x`` (the stack's first window);
     the ``N_FINALISTS`` best whose estimate is within ``_FULL_MARGIN`` of the best coded
     in full on ``x`` and ordered by their estimated size there (deterministic: the same
-    whatever the thread count)."""
+    whatever the thread count; the finalists are coded in up to ``threads`` threads)."""
     trials: list[tuple[float, int, str, dict]] = []
     sample = sample_tiles(x)
     sgn = sign_map(sample, quant)
@@ -260,8 +265,13 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...]) -> Tuned:
     if len(finalists) == 1:
         return Tuned(finalists)
     sgn = sign_map(x, quant)
-    coded = {config_key(name, cfg): predictors.get(name).encode(x, quant, cfg, sgn)
-             for name, cfg in finalists}
+
+    def full(nc: tuple[str, dict]) -> predictors.Coded:
+        return predictors.get(nc[0]).encode(x, quant, nc[1], sgn)
+
+    coded = dict(zip([config_key(*nc) for nc in finalists],
+                     _ordered_map(full, iter(finalists), min(threads, len(finalists))),
+                     strict=True))
     sizes = [(_estimate(coded[config_key(name, cfg)], x.itemsize), i)
              for i, (name, cfg) in enumerate(finalists)]
     return Tuned([finalists[i] for _, i in sorted(sizes)], coded)
@@ -449,10 +459,22 @@ def _learned_refusal(x: np.ndarray, quant: Quantizer, learned: Any) -> str:
 
 @_fp_quiet
 def decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
-                  frames: int, learned: Any = None) -> np.ndarray:
+                  frames: int, learned: Any = None, out: np.ndarray | None = None
+                  ) -> np.ndarray:
     """Inverse of ``encode_window`` (``learned``: the predictor of the file's model, if
     it has one); any inconsistency -> CorruptFileError, a result that differs from the
-    encoder's -> DecodeMismatchError."""
+    encoder's -> DecodeMismatchError. ``out``: where to put the window (C-contiguous, of
+    its shape and dtype; returned), decoded in place where the predictor can; after an
+    error its contents are undefined."""
+    res = _decode_window(data, qp, frame_shape, frames, learned, out)
+    if out is None or res is out:
+        return res
+    out[...] = res
+    return out
+
+
+def _decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
+                   frames: int, learned: Any, dest: np.ndarray | None) -> np.ndarray:
     from . import entropy, payload
     from .predictors.lossless import from_ordered
 
@@ -510,7 +532,7 @@ def decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
             raise CorruptFileError("unexpected mask section")
         else:
             sgn = np.zeros(1, np.int8)
-        out, pos = pred.decode(shape, quant, cfg, tables, vals, sgn, meta)
+        out, pos = pred.decode(shape, quant, cfg, tables, vals, sgn, meta, dest)
         tables.check_end()
         if pos.size != n_out:
             raise CorruptFileError("outlier count does not match the stream")
@@ -691,10 +713,11 @@ class Tuning:
     head: dict[str, predictors.Coded] | None = field(default=None, compare=False, repr=False)
 
 
-def _tune_on(head: np.ndarray, qp: QuantParams, classical: tuple[str, ...]) -> Tuning:
+def _tune_on(head: np.ndarray, qp: QuantParams, classical: tuple[str, ...],
+             threads: int = 1) -> Tuning:
     if not classical or qp.kind == "bits":
         return Tuning(None)
-    tuned = tune(np.ascontiguousarray(head), quantizer(qp), classical)
+    tuned = tune(np.ascontiguousarray(head), quantizer(qp), classical, threads)
     return Tuning(tuned.finalists, tuned.coded)
 
 
@@ -771,7 +794,7 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         if tuning is None:
             own = plan[0] == (0, min(wlen, shape[0]))
             head = first if own else stack.read(0, min(wlen, shape[0]))
-            tuning = _tune_on(head, qp, classical)
+            tuning = _tune_on(head, qp, classical, options.n_threads())
             if own:
                 cache[0] = tuning.head
         finalists = tuning.finalists
@@ -909,18 +932,23 @@ class TezFile:
     def decode_window(self, i: int) -> np.ndarray:
         return self._decode(i, self._payload(i))
 
-    def _decode(self, i: int, data: bytes) -> np.ndarray:
+    def _decode(self, i: int, data: bytes, out: np.ndarray | None = None) -> np.ndarray:
+        """Window ``i`` from its payload (into ``out``, see ``decode_window``)."""
         e = self._c.entries[i]
         try:
             if self.version == 1:
                 from .legacy import v1
 
-                return v1.decode_window(data, self.quant, self.shape[1:], e.frames,
-                                        self.model, self.model_hash)
+                w = v1.decode_window(data, self.quant, self.shape[1:], e.frames,
+                                     self.model, self.model_hash)
+                if out is not None:
+                    out[...] = w
+                return w
             if self._learned is None and self._learned_error is not None \
                     and b'"p":"learned"' in data[:4096]:
                 raise self._learned_error
-            return decode_window(data, self.quant, self.shape[1:], e.frames, self._learned)
+            return decode_window(data, self.quant, self.shape[1:], e.frames, self._learned,
+                                 out)
         except CorruptFileError as exc:
             if str(exc).startswith(self._c.name):
                 raise
@@ -938,11 +966,14 @@ class TezFile:
             raise CorruptFileError(f"{self._c.name}: window {i}: bad window metadata")
         return meta
 
-    def _windows(self, indices: list[int]) -> Iterator[tuple[int, np.ndarray]]:
-        """(index, decoded window) in order, decoded in parallel threads."""
+    def _windows(self, indices: list[int], dests: dict[int, np.ndarray] | None = None
+                 ) -> Iterator[tuple[int, np.ndarray]]:
+        """(index, decoded window) in order, decoded in parallel threads (``dests``: where
+        to decode some of them, by index)."""
+        dests = dests or {}
         items = ((i, self._payload(i)) for i in indices)
-        yield from _ordered_map(lambda it: (it[0], self._decode(*it)), items,
-                                min(self.threads, max(1, len(indices))))
+        yield from _ordered_map(lambda it: (it[0], self._decode(*it, dests.get(it[0]))),
+                                items, min(self.threads, max(1, len(indices))))
 
     def iter_windows(self) -> Iterator[tuple[int, np.ndarray]]:
         for i, w in self._windows(list(range(self.n_windows))):
@@ -955,8 +986,15 @@ class TezFile:
             return out
         first = int(np.searchsorted(self._starts, t0, side="right") - 1)
         last = int(np.searchsorted(self._starts, t1 - 1, side="right") - 1)
-        for i, w in self._windows(list(range(first, last + 1))):
-            e = self._c.entries[i]
+        entries = self._c.entries
+        # windows wholly inside the range decode straight into it (no copy)
+        dests = {i: out[entries[i].t0 - t0:entries[i].t0 + entries[i].frames - t0]
+                 for i in range(first, last + 1)
+                 if entries[i].t0 >= t0 and entries[i].t0 + entries[i].frames <= t1}
+        for i, w in self._windows(list(range(first, last + 1)), dests):
+            if i in dests:
+                continue
+            e = entries[i]
             a, b = max(t0, e.t0), min(t1, e.t0 + e.frames)
             out[a - t0:b - t0] = w[a - e.t0:b - e.t0]
         return out

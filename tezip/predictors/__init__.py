@@ -83,12 +83,14 @@ class ValuePredictor(ABC):
 
     @abstractmethod
     def decode(self, shape: tuple[int, ...], quant: Quantizer, config: dict, tables: Any,
-               outlier_values: np.ndarray, sgn: np.ndarray, meta: dict | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+               outlier_values: np.ndarray, sgn: np.ndarray, meta: dict | None = None,
+               out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(reconstruction with finite outliers in place, outlier positions in coding
         order) from the entropy ``tables``; the caller puts every outlier's exact value
         in and checks that all streams were consumed. ``meta``: the window's record (a
-        learned predictor checks its forecast checksum there)."""
+        learned predictor checks its forecast checksum there). ``out``: a C-contiguous
+        array of ``shape`` and the output dtype the predictor may decode into (and then
+        return), to spare the caller a copy; or None."""
 
 
 class GridPredictor(ABC):

@@ -105,16 +105,17 @@ class _Kernel(ValuePredictor):
         return Coded(config, codes[:nn], ctx[:nn], flat, rec, self.n_ctx, self.groups)
 
     def decode(self, shape: tuple[int, ...], quant: Quantizer, config: dict, tables: Any,
-               outlier_values: np.ndarray, sgn: np.ndarray, meta: dict | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+               outlier_values: np.ndarray, sgn: np.ndarray, meta: dict | None = None,
+               out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         vol = shape[:3]
+        into = out if len(shape) == 3 else None
         nch = shape[3] if len(shape) == 4 else 1
         st = tables.st
         outv = outlier_values.astype(np.float64)
         outp = np.zeros(max(1, outv.size), np.int32)
         outs, pos = [], []
         for c in range(nch):
-            out = np.empty(vol, quant.dtype)
+            out = into if into is not None else np.empty(vol, quant.dtype)
             op0 = int(st[7])
             self._dec(out, _rec(out, quant), _sign_of(sgn, c, nch), quant, config, tables,
                       outv, outp, st)

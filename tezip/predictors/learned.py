@@ -130,8 +130,8 @@ class Learned(ValuePredictor):
                      extra={"f": crc})
 
     def decode(self, shape: tuple[int, ...], quant: Quantizer, config: dict, tables: Any,
-               outlier_values: np.ndarray, sgn: np.ndarray, meta: dict | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+               outlier_values: np.ndarray, sgn: np.ndarray, meta: dict | None = None,
+               out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         T = shape[0]
         frame_shape = shape[1:]
         nch = frame_shape[2] if len(frame_shape) == 3 else 1
