@@ -31,7 +31,7 @@ from .kernels.consts import MODE_LOG
 from .quantize import ErrorBound, Quantizer, QuantParams, check_dtype, quantizer, resolve
 from .windows import MAX_WINDOW_VALUES, dynamic_windows, fixed_windows, window_length
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 DEFAULT_WINDOW = 32
 _SHA256 = re.compile("[0-9a-f]{64}")
 
@@ -499,7 +499,8 @@ def _decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
         pred = learned
     elif (name not in predictors.names()
           or (name in predictors.LOSSLESS) != (qp.kind == "bits")):
-        raise CorruptFileError(f"window uses unknown predictor '{name}'")
+        raise CorruptFileError(f"window uses unknown predictor '{name}' (damaged, or written "
+                               f"by a tezip newer than {__version__})")
     else:
         pred = predictors.get(name)
     cfg = pred.validate(cfg, shape)
