@@ -104,6 +104,20 @@ def test_compression_actually_compresses_smooth_data():
     assert a.nbytes / len(tezip.compress(a, mode="rel", bound=1e-3)) > 4
 
 
+@pytest.mark.parametrize("shape", [(21, 9, 7), (21, 9, 7, 3)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_ranges_decoded_in_place_equal_the_whole(shape, threads):
+    """Windows wholly inside a range are decoded straight into the result, the others
+    into their own array and copied: every range gives the whole file's values."""
+    a = smooth_stack(shape, "float32", scale=50)
+    blob = tezip.compress(a, mode="rel", bound=1e-3, window=4, threads=threads)
+    full = tezip.decompress(blob, threads=threads)
+    with tezip.TezFile(blob, threads=threads) as f:
+        for t0 in range(0, 21, 3):
+            for t1 in range(t0 + 1, 22, 4):
+                assert np.array_equal(f[t0:t1], full[t0:t1]), (t0, t1)
+
+
 def test_random_access_decodes_only_needed_windows(tmp_path, monkeypatch):
     a = smooth_stack((40, 16, 16), "uint16", scale=3000)
     p = tmp_path / "a.tez"
@@ -112,8 +126,12 @@ def test_random_access_decodes_only_needed_windows(tmp_path, monkeypatch):
     with tezip.open(p) as f:
         calls = []
         orig = f._decode
-        monkeypatch.setattr(f, "_decode", lambda i, data: calls.append(i) or orig(i, data))
+        monkeypatch.setattr(f, "_decode",
+                            lambda i, data, *out: calls.append(i) or orig(i, data, *out))
         assert np.array_equal(f[10:20], full[10:20])
+        assert calls == [1, 2]
+        calls.clear()
+        assert np.array_equal(f[8:24], full[8:24])       # whole windows: decoded in place
         assert calls == [1, 2]
         assert np.array_equal(f[17], full[17])
         assert np.array_equal(f[-1], full[-1])

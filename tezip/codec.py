@@ -218,7 +218,7 @@ def _estimate(coded: predictors.Coded, itemsize: int) -> float:
 
 
 N_FINALISTS = 3
-_FULL_MARGIN = 1.05       # a finalist is coded in full only if its sample estimate is this
+_FULL_MARGIN = 1.02       # a finalist is coded in full only if its sample estimate is this
 #                           close to the best one's (the sample can misrank by a few %)
 
 
