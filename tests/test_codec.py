@@ -259,3 +259,28 @@ def test_dynamic_windows_start_a_keyframe_at_a_scene_cut():
 def test_dynamic_window_threshold_must_be_positive(bad):
     with pytest.raises(tezip.OptionError):
         tezip.compress(smooth_stack((4, 8, 8), "float32"), threshold=bad)
+
+
+@pytest.mark.parametrize("dtype,mode", [("float32", "lossless"), ("uint16", "abs"),
+                                        ("float32", "rel")])
+def test_a_window_off_its_checksum_is_damage_not_a_machine_mismatch(dtype, mode):
+    """Classical and bit-exact windows use only reproducible arithmetic: values that do
+    not match their checksum mean a damaged file (CorruptFileError), not a machine that
+    computes differently (DecodeMismatchError, kept for learned forecasts)."""
+    from tezip import codec, payload
+
+    a = smooth_stack((6, 12, 12), dtype, scale=3000)
+    bound = {"lossless": None, "rel": 2e-3, "abs": 3}[mode]
+    blob = tezip.compress(a, mode=mode, bound=bound, window=6)
+    with tezip.open(blob) as f:
+        data = f._payload(0)
+        quant, frame_shape = f.quant, f.shape[1:]
+    crc = payload.peek_meta(data)["c"]
+    old = f'"c":{crc}'.encode()
+    new = f'"c":{(crc + 1) % 10 ** len(str(crc))}'.encode().ljust(len(old), b" ")[:len(old)]
+    damaged = data.replace(old, new, 1)
+    assert damaged != data
+    with pytest.raises(tezip.CorruptFileError, match="checksum"):
+        codec.decode_window(damaged, quant, frame_shape, 6)
+    assert np.array_equal(codec.decode_window(data, quant, frame_shape, 6),
+                          tezip.decompress(blob))

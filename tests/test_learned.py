@@ -286,3 +286,15 @@ def test_train_command_reports_bad_options_in_one_line(tmp_path):
                         "--out", str(tmp_path / "m"), "--clip", "2"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "--clip >= 3" in p.stderr
+
+
+@pytest.mark.parametrize("frames,window", [(13, 4), (10, 3)])
+def test_forced_learned_codes_a_last_window_of_one_frame_classically(models, frames, window):
+    """A stack whose length leaves one frame over: that window has no past to forecast
+    from, so it is coded classically (it was refused, blaming the channel count)."""
+    a = smooth_stack((frames, 16, 16), "float32")
+    blob = _compress(a, models[0], window=window)
+    check_bound(a, tezip.decompress(blob), "rel", 1e-3)
+    with TezFile(blob) as f:
+        names = [f.window_meta(i)["p"] for i in range(f.n_windows)]
+    assert names[-1] != "learned" and "learned" in names[:-1]

@@ -375,7 +375,13 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
     use_learned = ("learned" in candidates and learned is not None
                    and learned.supports(x.shape, quant))
     if "learned" in candidates and not use_learned and len(candidates) == 1:
-        raise OptionError(_learned_refusal(x, quant, learned))
+        if (learned is not None and x.shape[0] < 2
+                and learned.supports((2, *x.shape[1:]), quant)):
+            # a window of one frame has no past to forecast it from: a stack whose
+            # length leaves one frame over (or a dynamic window of one) codes it classically
+            candidates = predictors.CLASSICAL_CANDIDATES
+        else:
+            raise OptionError(_learned_refusal(x, quant, learned))
     if qp.kind == "bits":
         pred = predictors.get("bits")
         q = ordered(x)
@@ -466,6 +472,11 @@ def decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
     encoder's -> DecodeMismatchError. ``out``: where to put the window (C-contiguous, of
     its shape and dtype; returned), decoded in place where the predictor can; after an
     error its contents are undefined."""
+    if out is not None and (out.shape != (frames, *frame_shape)
+                            or out.dtype != np.dtype(qp.dtype)
+                            or not (out.flags.c_contiguous and out.flags.writeable)):
+        raise ValueError(f"out must be a writeable C-contiguous {np.dtype(qp.dtype)} array "
+                         f"of shape {(frames, *frame_shape)}")
     res = _decode_window(data, qp, frame_shape, frames, learned, out)
     if out is None or res is out:
         return res
@@ -539,9 +550,13 @@ def _decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
             raise CorruptFileError("outlier count does not match the stream")
         out.reshape(-1)[pos] = vals
     if window_crc(out) != crc:
-        raise DecodeMismatchError(
-            "decoded window differs from what the encoder produced (checksum of the "
-            "reconstruction); this machine's arithmetic does not reproduce the encoder's")
+        if name == "learned":
+            raise DecodeMismatchError(
+                "decoded window differs from what the encoder produced (checksum of the "
+                "reconstruction); this machine's arithmetic does not reproduce the "
+                "encoder's forecast, or the file is damaged")
+        # the classical and bit-exact paths use only exactly reproducible arithmetic
+        raise CorruptFileError("decoded window does not match its checksum")
     return out
 
 
