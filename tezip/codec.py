@@ -314,24 +314,35 @@ def _coded_size(coded: predictors.Coded) -> int:
 
 _CROP = 64                  # the learned predictor's trial: a central crop of the window
 _TRIAL_MARGIN = 0.97        # ... where it must code at most this fraction of the classical
+_HOPELESS = 1.10            # a first stage this much above the classical: no other tried
 
 
 def _learned_trial(x: np.ndarray, quant: Quantizer, learned: Any, name: str | None,
-                   cfg: dict | None) -> tuple[dict, bool]:
+                   cfg: dict | None, thorough: bool = False) -> tuple[dict, bool]:
     """On a central crop of the window (every frame): the learned configuration that codes
     it smallest, and whether it codes it smaller than the classical choice (``name``,
-    ``cfg``; None: no classical alternative)."""
+    ``cfg``; None: no classical alternative). Unless ``thorough``, a first configuration
+    that codes the crop ``_HOPELESS`` times the classical size ends the trial: the others
+    change only the spatial stage (a few %), and every one runs the network over the crop,
+    which cost more than coding the whole window classically where the forecaster loses."""
     h, w = x.shape[1:3]
     y0, x0 = max(0, (h - _CROP) // 2), max(0, (w - _CROP) // 2)
     crop = np.ascontiguousarray(x[:, y0:y0 + _CROP, x0:x0 + _CROP])
     sgn = sign_map(crop, quant)
+    classical = None
+    if name is not None:
+        cc = predictors.get(name).encode(crop, quant, cfg, sgn, sample=True)
+        classical = _estimate(cc, x.itemsize)
     configs = learned.configs(crop, quant)
-    costs = [_estimate(learned.encode(crop, quant, c, sgn), x.itemsize) for c in configs]
+    costs: list[float] = []
+    for c in configs:
+        costs.append(_estimate(learned.encode(crop, quant, c, sgn), x.itemsize))
+        if not thorough and classical is not None and costs[0] > _HOPELESS * classical:
+            break
     best = int(np.argmin(costs))
-    if name is None:
+    if classical is None:
         return configs[best], True
-    cc = predictors.get(name).encode(crop, quant, cfg, sgn, sample=True)
-    return configs[best], costs[best] < _TRIAL_MARGIN * _estimate(cc, x.itemsize)
+    return configs[best], costs[best] < _TRIAL_MARGIN * classical
 
 
 @dataclass
@@ -406,7 +417,7 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
     worth = False
     if use_learned:
         lcfg, worth = _learned_trial(x, quant, learned, name if classical else None,
-                                     cfg if classical else None)
+                                     cfg if classical else None, thorough)
     if use_learned and (worth or thorough):
         lcoded = learned.encode(x, quant, lcfg, sign_map(x, quant))
         ldata = _pack(x, quant, lcoded, "learned", lcoded.out)
