@@ -7,6 +7,7 @@ import concurrent.futures as cf
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -256,8 +257,11 @@ def test_two_process_ddp_training_agrees_on_weights(tmp_path):
     np.save(tmp_path / "d.npy", smooth_stack((24, 32, 32), "float32"))
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with socket.socket() as sock:       # a free port: a fixed one can still be held
+        sock.bind(("127.0.0.1", 0))     # (TIME_WAIT) by a run a minute before
+        port = str(sock.getsockname()[1])
     p = subprocess.run(
-        [torchrun, "--nproc-per-node", "2", "--master-port", "29533", "-m", "tezip", "train",
+        [torchrun, "--nproc-per-node", "2", "--master-port", port, "-m", "tezip", "train",
          str(tmp_path / "d.npy"), "--out", str(tmp_path / "m"), "--hidden", "4", "--steps", "6",
          "--batch", "2", "--clip", "4", "--crop", "16"],
         capture_output=True, text=True, env=env, timeout=600)
