@@ -222,14 +222,15 @@ _FULL_MARGIN = 1.02       # a finalist is coded in full only if its sample estim
 #                           close to the best one's (the sample can misrank by a few %)
 
 
-@dataclass
-class Tuned:
-    """The configurations worth trying on the windows of a stack, best first, and the
-    full codings of the window they were ranked on, by (name, configuration), so that
-    coding that window again costs nothing."""
+@dataclass(frozen=True)
+class Tuning:
+    """The classical configurations a stack's windows choose among, best first (None: no
+    tuning, as for bit-exact floats), ranked on the stack's first window; ``head``: that
+    window's full codings by ``config_key``, so that coding it next costs nothing (not
+    compared)."""
 
-    finalists: list[tuple[str, dict]]
-    coded: dict[str, predictors.Coded] = field(default_factory=dict)
+    finalists: list[tuple[str, dict]] | None
+    head: dict[str, predictors.Coded] | None = field(default=None, compare=False, repr=False)
 
 
 def config_key(name: str, cfg: dict) -> str:
@@ -237,7 +238,7 @@ def config_key(name: str, cfg: dict) -> str:
 
 
 def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
-         threads: int = 1) -> Tuned:
+         threads: int = 1) -> Tuning:
     """Every candidate predictor tuned on a sample of ``x`` (the stack's first window);
     the ``N_FINALISTS`` best whose estimate is within ``_FULL_MARGIN`` of the best coded
     in full on ``x`` and ordered by their estimated size there (deterministic: the same
@@ -249,7 +250,7 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
         pred = predictors.get(name)
         cfgs = pred.configs(x, quant)
         if len(cfgs) == 1 and len(candidates) == 1:
-            return Tuned([(name, cfgs[0])])
+            return Tuning([(name, cfgs[0])])
         for bits, cfg in pred.tune(sample, quant, sgn,
                                    lambda c: _estimate(c, sample.itemsize)):
             trials.append((bits, len(trials), name, cfg))
@@ -263,7 +264,7 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
         if len(finalists) == N_FINALISTS:
             break
     if len(finalists) == 1:
-        return Tuned(finalists)
+        return Tuning(finalists)
     sgn = sign_map(x, quant)
 
     def full(nc: tuple[str, dict]) -> predictors.Coded:
@@ -274,7 +275,7 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
                      strict=True))
     sizes = [(_estimate(coded[config_key(name, cfg)], x.itemsize), i)
              for i, (name, cfg) in enumerate(finalists)]
-    return Tuned([finalists[i] for _, i in sorted(sizes)], coded)
+    return Tuning([finalists[i] for _, i in sorted(sizes)], coded)
 
 
 def choose(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
@@ -303,13 +304,6 @@ def _fp_quiet(fn: Callable) -> Callable:
     quiet.__doc__ = fn.__doc__
     quiet.__name__ = fn.__name__
     return quiet
-
-
-def _coded_size(coded: predictors.Coded) -> int:
-    from . import entropy
-
-    st = entropy.encode(coded.codes, coded.ctx, coded.n_ctx, coded.groups, coded.has_outliers)
-    return len(st.model) + len(st.words) + len(st.low) + 8 * coded.outliers.size
 
 
 _CROP = 64                  # the learned predictor's trial: a central crop of the window
@@ -377,7 +371,7 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                coded_cache: dict[str, predictors.Coded] | None = None
                                ) -> Encoded:
     """``encode_window``, keeping the classical alternative of a learned window.
-    ``coded_cache``: full codings of this very window by configuration (``Tuned.coded``),
+    ``coded_cache``: full codings of this very window by configuration (``Tuning.head``),
     used instead of coding it again."""
     from .predictors.lossless import ordered
 
@@ -409,7 +403,7 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
     if classical:
         if finalists is None:
             tuned = tune(x, quant, classical)
-            finalists, coded_cache = tuned.finalists, tuned.coded
+            finalists, coded_cache = tuned.finalists, tuned.head
         name, cfg = choose(x, quant, classical, finalists)
         coded = (coded_cache or {}).get(config_key(name, cfg))
         if coded is None:
@@ -530,9 +524,7 @@ def _decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
         if n_out or any(p.sections[s] for s in ("model", "words", "low", "outliers")):
             raise CorruptFileError("unexpected sections in a byte-plane window")
         out = pred.decode(shape, dtype, cfg, p.sections["masks"], p.sections["planes"])
-        if window_crc(out) != crc:
-            raise CorruptFileError("decoded window does not match its checksum")
-        return out
+        return _checked(out, crc, name)
     if p.sections["planes"]:
         raise CorruptFileError("unexpected planes section")
     quant = quantizer(qp)
@@ -560,6 +552,11 @@ def _decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
         if pos.size != n_out:
             raise CorruptFileError("outlier count does not match the stream")
         out.reshape(-1)[pos] = vals
+    return _checked(out, crc, name)
+
+
+def _checked(out: np.ndarray, crc: int, name: str) -> np.ndarray:
+    """``out`` if its CRC is the encoder's, else the error that says why not."""
     if window_crc(out) != crc:
         if name == "learned":
             raise DecodeMismatchError(
@@ -730,22 +727,11 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], threads: int) -
                 f.cancel()
 
 
-@dataclass(frozen=True)
-class Tuning:
-    """The classical configurations a stack's windows choose among (None: no tuning, as
-    for bit-exact floats), ranked on the stack's first window; ``head``: that window's
-    full codings (``Tuned.coded``), for the caller that codes it next (not compared)."""
-
-    finalists: list[tuple[str, dict]] | None
-    head: dict[str, predictors.Coded] | None = field(default=None, compare=False, repr=False)
-
-
 def _tune_on(head: np.ndarray, qp: QuantParams, classical: tuple[str, ...],
              threads: int = 1) -> Tuning:
     if not classical or qp.kind == "bits":
         return Tuning(None)
-    tuned = tune(np.ascontiguousarray(head), quantizer(qp), classical, threads)
-    return Tuning(tuned.finalists, tuned.coded)
+    return tune(np.ascontiguousarray(head), quantizer(qp), classical, threads)
 
 
 def tune_stack(stack: Any, options: Options,

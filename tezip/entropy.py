@@ -66,7 +66,7 @@ def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
     freq = K.normalize(counts)
     words = K.rans_encode(syms, cls, freq)
     return Streams(_pack_model(cmap, kb, freq), words.astype("<u2").tobytes(),
-                   low.astype("<u8", copy=False).tobytes()[:nbytes])
+                   low.astype("<u8", copy=False).view(np.uint8)[:nbytes].tobytes())
 
 
 def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
