@@ -223,3 +223,21 @@ def test_rate_distortion_script_defaults():
         sys.path.pop(0)
     assert bench.parse_bounds(rate_distortion.DEFAULT_BOUNDS) == [
         1e-2, 3e-3, 1e-3, 3e-4, 1e-4, None]
+
+
+def test_cli_bench_exits_1_when_a_tezip_row_breaks_its_bound(tmp_path, monkeypatch, capsys):
+    from tezip import cli
+
+    src = tmp_path / "tiny.npy"
+    np.save(src, smooth_stack((3, 8, 8), dtype="float32"))
+    real = bench.tezip.decompress
+    monkeypatch.setattr(bench.tezip, "decompress",
+                        lambda *a, **kw: real(*a, **kw) + np.float32(1.0))
+    out_md = tmp_path / "r.md"
+    code = cli.main(["bench", str(src), "--bounds", "1e-2", "--predictors", "classical",
+                     "--codecs", "zstd", "--md", str(out_md), "-q"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "1 tezip row(s) failed" in err and "BOUND VIOLATED" in err
+    assert "Traceback" not in err
+    assert "BOUND VIOLATED" in out_md.read_text()      # the tables are still written

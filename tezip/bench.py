@@ -238,6 +238,12 @@ def _measure(row: Row, case: _Case, encode: Callable[[], Any],
     return row
 
 
+def failed_tezip_rows(rows: list[Row]) -> list[Row]:
+    """tezip's rows that broke their bound, were not bit-exact or failed (another codec's
+    failure is that codec's, reported in its row)."""
+    return [r for r in rows if str(r["codec"]).startswith("tezip") and r.get("ok") is False]
+
+
 def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
