@@ -30,12 +30,12 @@ import math
 import os
 import re
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from .atomic import AtomicOutput, reason
+from .checksum import crc32
 from .errors import CorruptFileError, FormatVersionError, InputError, OptionError, OutputError
 
 MAGIC = b"\x89TEZ\r\n\x1a\n"
@@ -51,10 +51,6 @@ MAX_HEADER = 16 << 20             # header bytes a reader accepts
 MAX_FRAMES = 2**31                # largest extent of any axis a reader accepts
 MAX_MODEL = 8 << 20               # embedded model bytes a reader accepts
 _SHA256 = re.compile("[0-9a-f]{64}")
-
-
-def crc32(data: bytes | memoryview) -> int:
-    return zlib.crc32(data) & 0xFFFFFFFF
 
 
 @dataclass(frozen=True)

@@ -142,13 +142,14 @@ def tables(s: Streams, n_ctx: int) -> Tables:
     if not ok or kbs.max() > 62 or nsym.max() > ALPHABET or nsym.min() < 0:
         raise CorruptFileError("inconsistent entropy model")
     pos = n_class + used
+    # every class's frequencies back to back: one call for all of them (a call per class
+    # cost more than the table it read on small windows)
+    vals, used, ok = K.varint_decode(raw[pos:], int(nsym.sum()))
+    if not ok:
+        raise CorruptFileError("truncated entropy model")
+    pos += used
     freq = np.zeros((n_class, ALPHABET), np.int64)
-    for c in range(n_class):
-        vals, used, ok = K.varint_decode(raw[pos:], int(nsym[c]))
-        if not ok:
-            raise CorruptFileError("truncated entropy model")
-        freq[c, :nsym[c]] = vals
-        pos += used
+    freq[np.arange(ALPHABET) < nsym[:, None]] = vals      # row by row, as written
     if pos != raw.size or freq.max() > M:
         raise CorruptFileError("inconsistent entropy model")
     lut, fc, ok = K.decoder_tables(freq)

@@ -14,11 +14,11 @@ One instance per model (registered by hash), no per-call state: thread-safe.
 from __future__ import annotations
 
 import threading
-import zlib
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ..checksum import crc32
 from ..errors import CorruptFileError, DecodeMismatchError
 from ..kernels import interp as KI
 from ..kernels.core import call
@@ -79,7 +79,7 @@ class Learned(ValuePredictor):
         with np.errstate(all="ignore"):
             k = np.rint(f / unit)
         k = np.where(np.abs(k) <= 2.0**52, k, 0.0)
-        crc = zlib.crc32(k.astype("<i8").tobytes(), crc)
+        crc = crc32(k.astype("<i8").tobytes(), crc)
         return k * unit, crc
 
     def encode(self, x: np.ndarray, quant: Quantizer, config: dict, sgn: np.ndarray,
