@@ -16,7 +16,6 @@ import math
 import os
 import re
 import threading
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import predictors
+from .checksum import crc32
 from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
 from .kernels.consts import MODE_LOG
@@ -146,7 +146,7 @@ def window_crc(values: np.ndarray) -> int:
     le = a.dtype.newbyteorder("<")
     if a.dtype != le:
         a = a.astype(le)
-    return zlib.crc32(a.reshape(-1).view(np.uint8)) & 0xFFFFFFFF
+    return crc32(a.reshape(-1).view(np.uint8))
 
 
 _TILE = 33                # sample tiles: _TILE x _TILE pixels over every frame of the window
@@ -171,7 +171,7 @@ def sample_tiles(x: np.ndarray, light: bool = False) -> np.ndarray:
         return x
     ny, nx = h // tile, w // tile
     per = t * tile * tile * (x.shape[3] if x.ndim == 4 else 1)
-    k = min(ny * nx, max(2, math.ceil(max(least, frac * x.size) / per)))
+    k = min(ny * nx, max(1, math.ceil(max(least, frac * x.size) / per)))
     from .kernels.sample import tile_activity
 
     x4 = x if x.ndim == 4 else x[..., None]
@@ -242,17 +242,22 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
     """Every candidate predictor tuned on a sample of ``x`` (the stack's first window);
     the ``N_FINALISTS`` best whose estimate is within ``_FULL_MARGIN`` of the best coded
     in full on ``x`` and ordered by their estimated size there (deterministic: the same
-    whatever the thread count; the finalists are coded in up to ``threads`` threads)."""
+    whatever the thread count; independent trials and the finalists run in up to
+    ``threads`` threads)."""
     trials: list[tuple[float, int, str, dict]] = []
     sample = sample_tiles(x)
     sgn = sign_map(sample, quant)
+
+    def pmap(fn: Callable[[Any], Any], items: list) -> list:
+        return list(_ordered_map(fn, iter(items), min(threads, len(items))))
+
     for name in candidates:
         pred = predictors.get(name)
         cfgs = pred.configs(x, quant)
         if len(cfgs) == 1 and len(candidates) == 1:
             return Tuning([(name, cfgs[0])])
         for bits, cfg in pred.tune(sample, quant, sgn,
-                                   lambda c: _estimate(c, sample.itemsize)):
+                                   lambda c: _estimate(c, sample.itemsize), pmap):
             trials.append((bits, len(trials), name, cfg))
     trials.sort(key=lambda t: t[:2])
     finalists: list[tuple[str, dict]] = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -62,12 +62,15 @@ class ValuePredictor(ABC):
         """Candidate configurations for this window, most likely first."""
 
     def tune(self, sample: np.ndarray, quant: Quantizer, sgn: np.ndarray,
-             cost: Callable[[Coded], float]) -> list[tuple[float, dict]]:
+             cost: Callable[[Coded], float],
+             pmap: Callable[[Callable, list], Iterable] = map) -> list[tuple[float, dict]]:
         """(estimated bits, configuration) of the configurations tried on ``sample``,
-        best first; this default tries every one."""
-        tried = [(cost(self.encode(sample, quant, c, sgn, sample=True)), i, c)
-                 for i, c in enumerate(self.configs(sample, quant))]
-        return [(bits, c) for bits, _, c in sorted(tried, key=lambda t: t[:2])]
+        best first; this default tries every one. ``pmap``: ``map`` over independent
+        trials (the encoder's threads; the result does not depend on it)."""
+        cfgs = self.configs(sample, quant)
+        bits = pmap(lambda c: cost(self.encode(sample, quant, c, sgn, sample=True)), cfgs)
+        tried = [(b, i, c) for i, (b, c) in enumerate(zip(bits, cfgs, strict=True))]
+        return [(b, c) for b, _, c in sorted(tried, key=lambda t: t[:2])]
 
     @abstractmethod
     def validate(self, config: Any, shape: tuple[int, ...]) -> dict:

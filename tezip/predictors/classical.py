@@ -134,19 +134,19 @@ class Interpolation(_Kernel):
         return [{"order": list(o), "cubic": cub, "ab": list(ab), "anchor": DEFAULT_ANCHOR}
                 for o in ORDERS for cub in (False, True) for ab in ALPHA_BETA]
 
-    def tune(self, sample, quant, sgn, cost):
-        """Greedy: the axis order with linear interpolation, then cubic, then the
-        level-wise bounds (every one of the 48 combinations would cost 5x more for a
-        few tenths of a percent on the shared data sets)."""
+    def tune(self, sample, quant, sgn, cost, pmap=map):
+        """Greedy: the axis order with linear interpolation (the orders tried side by
+        side with ``pmap``), then cubic, then the level-wise bounds (every one of the 48
+        combinations would cost 5x more for a few tenths of a percent on the shared data
+        sets)."""
         def trial(cfg: dict) -> float:
             return cost(self.encode(sample, quant, cfg, sgn, sample=True))
 
         cfg = {"order": list(ORDERS[0]), "cubic": False, "ab": [1.0, 1.0],
                "anchor": DEFAULT_ANCHOR}
-        tried = []
-        for o in ORDERS:
-            c = {**cfg, "order": list(o)}
-            tried.append((trial(c), len(tried), c))
+        first = [{**cfg, "order": list(o)} for o in ORDERS]
+        tried = [(b, i, c) for i, (b, c) in enumerate(zip(pmap(trial, first), first,
+                                                            strict=True))]
         best = min(tried, key=lambda t: t[:2])
         for key, value in [("cubic", True)] + [("ab", list(ab)) for ab in ALPHA_BETA[1:]]:
             c = {**best[2], key: value}
