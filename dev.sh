@@ -41,7 +41,9 @@ demo() {
 run_tests() {
   setup
   ruff check tezip tests datasets benchmarks examples
-  python -m pytest -m "not slow" -q "$@"
+  # the suite in parallel processes (pytest-xdist), one per core up to four: most of a
+  # first run is compiling kernels, which the workers share through numba's disk cache
+  python -m pytest -m "not slow" -q -n auto --maxprocesses 4 "$@"
 }
 
 case "${1:-}" in
