@@ -140,7 +140,7 @@ def _enc_run(mode, otype, arrs, has_base, geo, wts, qp, n, no):
                 continue
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
-        pt = p + b
+        pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
         ctx[n] = gb + bucket(var * inv)
         xo = np.float64(xf[ui])
         k, o, r, ok = quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg)
@@ -277,7 +277,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, qp, state):
                 continue
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
-        pt = p + b
+        pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
         c = np.int64(cmap[gb + bucket(var * inv)])
         slot = x0 & (M - 1)
         sym = np.int64(lut[np.uint64(c * M + slot)])
