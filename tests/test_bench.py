@@ -241,3 +241,32 @@ def test_cli_bench_exits_1_when_a_tezip_row_breaks_its_bound(tmp_path, monkeypat
     assert "1 tezip row(s) failed" in err and "BOUND VIOLATED" in err
     assert "Traceback" not in err
     assert "BOUND VIOLATED" in out_md.read_text()      # the tables are still written
+
+
+def test_big_endian_stacks_are_bit_exact_in_the_machines_order():
+    a = smooth_stack((2, 6, 5)).astype(">f4")
+    assert bench.bit_exact(a, a.astype("<f4"))
+    assert not bench.bit_exact(a, a.astype("<f8"))
+    rows = bench.bench_array("be", a, (None,), ("classical",), codecs=())
+    assert rows[0]["ok"] is True, rows[0]["note"]
+
+
+def test_the_checked_bound_is_the_one_tezip_promises():
+    # (max - min) rounds here, and 1e-4 x the rounded span is one ulp below the exact
+    # product: a value decoded exactly at tezip's bound was flagged as a violation
+    from tezip.quantize import relative_bound
+
+    lo, hi = -1.0815613532525812e-16, 1.1859062658947177
+    eb = relative_bound(1e-4, (lo, hi))
+    assert eb > 1e-4 * (hi - lo)
+    row = np.array([0.0, eb, hi, lo, 0.5, 0.5 + eb, 1.0, 1.0 - eb])
+    a = np.stack([row, row])[:, None, :]
+    rows = bench.bench_array("gap", a, (1e-4,), ("classical",), codecs=())
+    assert rows[0]["bound_abs"] == eb and rows[0]["ok"] is True, rows[0]["note"]
+
+
+@pytest.mark.parametrize("a", [np.zeros((3, 4, 5), np.float16), np.zeros((1, 8, 8), "f4")],
+                         ids=["float16", "one-frame"])
+def test_data_tezip_does_not_code_is_a_skipped_row(a):
+    rows = bench.bench_array("x", a, (1e-2,), ("classical",), codecs=())
+    assert _skipped(rows[0]) and not bench.failed_tezip_rows(rows)

@@ -109,3 +109,24 @@ def test_a_damaged_payload_byte_is_caught_by_the_window_checksum(which):
             with pytest.raises(tezip.CorruptFileError, match="checksum mismatch in window"), \
                     tezip.open(bytes(damaged)) as f:
                 f.read_all()
+
+
+def test_an_entropy_model_declaring_a_huge_table_is_refused_before_allocating():
+    import resource
+    import struct
+
+    import zstandard
+
+    from tezip import entropy, predictors
+    from tezip.errors import CorruptFileError
+
+    n = 256 << 20             # a frame of zeros that declares 256 MB: about 8 KB compressed
+    c = zstandard.ZstdCompressor(level=3).compressobj(size=n)
+    frame = b"".join(c.compress(bytes(1 << 20)) for _ in range(n >> 20)) + c.flush()
+    n_ctx = predictors.get("lorenzo").n_ctx
+    model = struct.pack("<HB", n_ctx, 1) + bytes(n_ctx) + frame
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(CorruptFileError, match="declares"):
+        entropy.tables(entropy.Streams(model, bytes(8), b""), n_ctx)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 64, grown_mb

@@ -129,9 +129,15 @@ def tables(s: Streams, n_ctx: int) -> Tables:
     cmap = np.frombuffer(m, np.uint8, nc, _MODEL_HEAD.size).copy()
     if cmap.max() >= n_class:
         raise CorruptFileError("inconsistent entropy model")
+    cap = n_class * (1 + 10 + ALPHABET * 3)
+    frame = m[_MODEL_HEAD.size + nc:]
     try:
-        body = zstandard.ZstdDecompressor().decompress(
-            m[_MODEL_HEAD.size + nc:], max_output_size=n_class * (1 + 10 + ALPHABET * 3))
+        # zstd allocates what a frame declares, whatever max_output_size says: a damaged
+        # model must not declare gigabytes
+        if zstandard.frame_content_size(frame) > cap:
+            raise CorruptFileError("damaged entropy model (declares a larger table than "
+                                   "its classes can hold)")
+        body = zstandard.ZstdDecompressor().decompress(frame, max_output_size=cap)
     except (zstandard.ZstdError, MemoryError):
         raise CorruptFileError("damaged entropy model") from None
     raw = np.frombuffer(body, np.uint8)
