@@ -543,8 +543,19 @@ def _write_atomically(path: Path, text: str) -> None:
         Path(tmp).write_text(text)
 
 
+def _compiling_notice() -> None:
+    # shown where the progress bars are: on a terminal, or with TEZIP_PROGRESS set (scripts
+    # reading stderr get only errors)
+    if sys.stderr.isatty() or os.environ.get("TEZIP_PROGRESS"):
+        click.echo("tezip: compiling kernels for this kind of data (first use on this "
+                   "machine, cached afterwards; this can take a minute)", err=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("TEZIP_DEBUG"))
+    from . import kernels  # no numba import: just where the notice is set
+
+    kernels.on_slow_compile = _compiling_notice
     try:
         cli.main(args=argv, prog_name="tezip", standalone_mode=False)
     except TezipError as exc:

@@ -10,3 +10,14 @@ for bit, and integer codes and the exact bound check carry the guarantee. Decode
 read or write out of bounds whatever their input: a damaged stream gives wrong values,
 caught by the per-window checksum, or an error flag, never a crash.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# Called once per process, from a timer thread, when compiling a kernel has taken
+# SLOW_COMPILE seconds (the first use of a data type and bound kind on a machine: numba
+# compiles for up to a minute, then loads from its disk cache). The command line sets it
+# so that a user knows what the wait is; None (library use): silent.
+on_slow_compile: Callable[[], None] | None = None
+SLOW_COMPILE = 2.0

@@ -52,10 +52,38 @@ def call(kernel, literal: tuple[int, ...], *args):
         with _ENTRY_LOCK:
             ep = _ENTRY.get(key)
             if ep is None:
-                kernel.compile(sig)
+                timer = _slow_compile_timer()
+                try:
+                    kernel.compile(sig)
+                finally:
+                    if timer is not None:
+                        timer.cancel()
                 ep = kernel.overloads[sig].entry_point
                 _ENTRY[key] = ep
     return ep(*args)
+
+
+_NOTICED = threading.Event()
+
+
+def _slow_compile_timer() -> threading.Timer | None:
+    """A timer that calls ``kernels.on_slow_compile`` (once per process) if the compile
+    about to start takes ``kernels.SLOW_COMPILE`` seconds; a load from the disk cache ends
+    well before."""
+    from . import SLOW_COMPILE, on_slow_compile
+
+    if on_slow_compile is None or _NOTICED.is_set():
+        return None
+
+    def fire() -> None:
+        if not _NOTICED.is_set():
+            _NOTICED.set()
+            on_slow_compile()
+
+    timer = threading.Timer(SLOW_COMPILE, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def inline(fn):
