@@ -309,11 +309,10 @@ def _tezip_rows(case: _Case, predictors: Sequence[str]) -> list[Row]:
         def dec(blob: bytes, threads: int = threads) -> np.ndarray:
             return tezip.decompress(blob, threads=threads)
 
-        # the learned predictor refuses some data by design (lossless floats; no model
-        # installed), before encoding anything: that row is skipped, as for a codec that
-        # cannot take the data, not failed
-        # (and tezip refuses some data by design, as UnsupportedError: a dtype it does not
-        # code, a single frame)
+        # data refused by design before anything is encoded (UnsupportedError: a dtype
+        # tezip does not code, a single frame; OptionError, the learned predictor: lossless
+        # floats, no model installed) skips the row, as for a codec that cannot take the
+        # data: it is not failed
         unsupported = (UnsupportedError, OptionError) if pred == "learned" \
             else (UnsupportedError,)
         rows.append(_measure(row, case, enc, dec, len, check, unsupported))

@@ -27,20 +27,26 @@ def zstd(data: bytes, level: int = 3) -> bytes:
     return zstandard.ZstdCompressor(level=level).compress(data) if data else b""
 
 
-def unzstd_exact(data: bytes, size: int) -> bytes:
-    """zstd-decompress ``data`` that must give exactly ``size`` bytes; anything else
-    (damage, a frame that declares another size: zstd would allocate what a frame header
-    declares before looking at ``max_output_size``) is a CorruptFileError."""
+def unzstd_at_most(data: bytes, cap: int, what: str = "compressed section") -> bytes:
+    """zstd-decompress ``data`` that may give at most ``cap`` bytes; anything else (damage,
+    a frame that declares more: zstd allocates what a frame header declares before
+    looking at ``max_output_size``) is a CorruptFileError about ``what``."""
     try:
         declared = zstandard.frame_content_size(data)
-        if declared not in (-1, size):
-            raise CorruptFileError(f"damaged compressed section (declares {declared} bytes, "
-                                   f"{size} expected)")
-        out = zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+        if declared > cap:
+            raise CorruptFileError(f"damaged {what} (declares {declared} bytes, at most "
+                                   f"{cap} expected)")
+        return zstandard.ZstdDecompressor().decompress(data, max_output_size=cap)
     except (zstandard.ZstdError, MemoryError) as exc:
-        raise CorruptFileError(f"damaged compressed section ({exc})") from None
+        raise CorruptFileError(f"damaged {what} ({exc})") from None
+
+
+def unzstd_exact(data: bytes, size: int) -> bytes:
+    """``unzstd_at_most`` of ``data`` that must give exactly ``size`` bytes."""
+    out = unzstd_at_most(data, size)
     if len(out) != size:
-        raise CorruptFileError("damaged compressed section (wrong size)")
+        raise CorruptFileError(f"damaged compressed section ({len(out)} bytes, {size} "
+                               "expected)")
     return out
 
 
@@ -129,17 +135,8 @@ def tables(s: Streams, n_ctx: int) -> Tables:
     cmap = np.frombuffer(m, np.uint8, nc, _MODEL_HEAD.size).copy()
     if cmap.max() >= n_class:
         raise CorruptFileError("inconsistent entropy model")
-    cap = n_class * (1 + 10 + ALPHABET * 3)
-    frame = m[_MODEL_HEAD.size + nc:]
-    try:
-        # zstd allocates what a frame declares, whatever max_output_size says: a damaged
-        # model must not declare gigabytes
-        if zstandard.frame_content_size(frame) > cap:
-            raise CorruptFileError("damaged entropy model (declares a larger table than "
-                                   "its classes can hold)")
-        body = zstandard.ZstdDecompressor().decompress(frame, max_output_size=cap)
-    except (zstandard.ZstdError, MemoryError):
-        raise CorruptFileError("damaged entropy model") from None
+    body = unzstd_at_most(m[_MODEL_HEAD.size + nc:], n_class * (1 + 10 + ALPHABET * 3),
+                          "entropy model")
     raw = np.frombuffer(body, np.uint8)
     if raw.size < n_class:
         raise CorruptFileError("truncated entropy model")
