@@ -218,16 +218,20 @@ def _estimate(coded: predictors.Coded, itemsize: int) -> float:
 
 
 N_FINALISTS = 3
-_FULL_MARGIN = 1.02       # a finalist is coded in full only if its sample estimate is this
-#                           close to the best one's (the sample can misrank by a few %)
+_FULL_MARGIN = 1.02       # a finalist is ranked on the window itself only if its sample
+#                           estimate is this close to the best one's (the sample can
+#                           misrank by a few %)
+HEAD_FRAMES = 8           # ... on the window's first frames, coded in full, when the
+#                           window is longer: they rank the finalists as the whole
+#                           window does (tiles do not: their borders favour one family)
 
 
 @dataclass(frozen=True)
 class Tuning:
     """The classical configurations a stack's windows choose among, best first (None: no
     tuning, as for bit-exact floats), ranked on the stack's first window; ``head``: that
-    window's full codings by ``config_key``, so that coding it next costs nothing (not
-    compared)."""
+    window's full codings by ``config_key`` when it was ranked on all of it, so that
+    coding it next costs nothing (not compared)."""
 
     finalists: list[tuple[str, dict]] | None
     head: dict[str, predictors.Coded] | None = field(default=None, compare=False, repr=False)
@@ -240,10 +244,11 @@ def config_key(name: str, cfg: dict) -> str:
 def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
          threads: int = 1) -> Tuning:
     """Every candidate predictor tuned on a sample of ``x`` (the stack's first window);
-    the ``N_FINALISTS`` best whose estimate is within ``_FULL_MARGIN`` of the best coded
-    in full on ``x`` and ordered by their estimated size there (deterministic: the same
-    whatever the thread count; independent trials and the finalists run in up to
-    ``threads`` threads)."""
+    the ``N_FINALISTS`` best whose estimate is within ``_FULL_MARGIN`` of the best are
+    then ordered by their estimated size on the first ``HEAD_FRAMES`` frames of ``x``,
+    coded in full (on all of ``x`` when it is that short; its codings are then kept).
+    Deterministic: the same whatever the thread count; independent trials and the
+    finalists run in up to ``threads`` threads."""
     trials: list[tuple[float, int, str, dict]] = []
     sample = sample_tiles(x)
     sgn = sign_map(sample, quant)
@@ -270,17 +275,19 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
             break
     if len(finalists) == 1:
         return Tuning(finalists)
-    sgn = sign_map(x, quant)
+    whole = x.shape[0] <= HEAD_FRAMES
+    head = x if whole else np.ascontiguousarray(x[:HEAD_FRAMES])
+    sgn = sign_map(head, quant)
 
     def full(nc: tuple[str, dict]) -> predictors.Coded:
-        return predictors.get(nc[0]).encode(x, quant, nc[1], sgn)
+        return predictors.get(nc[0]).encode(head, quant, nc[1], sgn, sample=not whole)
 
     coded = dict(zip([config_key(*nc) for nc in finalists],
                      _ordered_map(full, iter(finalists), min(threads, len(finalists))),
                      strict=True))
     sizes = [(_estimate(coded[config_key(name, cfg)], x.itemsize), i)
              for i, (name, cfg) in enumerate(finalists)]
-    return Tuning([finalists[i] for _, i in sorted(sizes)], coded)
+    return Tuning([finalists[i] for _, i in sorted(sizes)], coded if whole else None)
 
 
 def choose(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],

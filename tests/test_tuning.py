@@ -1,0 +1,68 @@
+"""The encoder's tuning: which classical configurations a stack's windows choose among,
+and in what order (``codec.tune``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import smooth_stack
+
+from tezip import codec, predictors, quantize
+
+
+def _quant(x: np.ndarray) -> quantize.Quantizer:
+    bound = quantize.ErrorBound("rel", rel=1e-3)
+    return quantize.quantizer(quantize.resolve(bound, x.dtype, (float(x.min()),
+                                                                float(x.max()))))
+
+
+def _head_sizes(x, quant, finalists):
+    """Estimated bits of each finalist coding the first HEAD_FRAMES frames in full."""
+    head = np.ascontiguousarray(x[:codec.HEAD_FRAMES])
+    sgn = codec.sign_map(head, quant)
+    return [codec._estimate(predictors.get(n).encode(head, quant, c, sgn), x.itemsize)
+            for n, c in finalists]
+
+
+@pytest.fixture
+def many_finalists(monkeypatch):
+    # every trial within reach: the three best of the sample become finalists
+    monkeypatch.setattr(codec, "_FULL_MARGIN", 100.0)
+
+
+def test_long_window_ranks_finalists_on_its_first_frames(many_finalists):
+    x = smooth_stack((20, 40, 36), seed=3)
+    quant = _quant(x)
+    t = codec.tune(x, quant, predictors.CLASSICAL_CANDIDATES)
+    assert len(t.finalists) == codec.N_FINALISTS
+    sizes = _head_sizes(x, quant, t.finalists)
+    assert sizes == sorted(sizes)
+    assert t.head is None            # the head's codings are not the window's: not kept
+    assert codec.tune(x, quant, predictors.CLASSICAL_CANDIDATES, threads=3) == t
+
+
+def test_short_window_keeps_its_full_codings(many_finalists):
+    x = smooth_stack((codec.HEAD_FRAMES, 40, 36), seed=4)
+    quant = _quant(x)
+    t = codec.tune(x, quant, predictors.CLASSICAL_CANDIDATES)
+    assert len(t.finalists) == codec.N_FINALISTS
+    assert t.head is not None and len(t.head) == codec.N_FINALISTS
+    sizes = _head_sizes(x, quant, t.finalists)
+    assert sizes == sorted(sizes)
+    # a kept coding is the window's coding, reconstruction included
+    name, cfg = t.finalists[0]
+    kept = t.head[codec.config_key(name, cfg)]
+    again = predictors.get(name).encode(x, quant, cfg, codec.sign_map(x, quant))
+    np.testing.assert_array_equal(kept.codes, again.codes)
+    np.testing.assert_array_equal(kept.out, again.out)
+
+
+def test_stack_bytes_do_not_depend_on_the_tuning_threads(many_finalists):
+    import tezip
+
+    x = smooth_stack((40, 40, 36), seed=5)
+    one = tezip.compress(x, mode="rel", bound=1e-3, predictor="classical", threads=1)
+    two = tezip.compress(x, mode="rel", bound=1e-3, predictor="classical", threads=2)
+    assert one == two
+    back = tezip.decompress(one)
+    assert np.abs(back.astype(np.float64) - x).max() <= 1e-3 * float(x.max() - x.min())
