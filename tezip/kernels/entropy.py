@@ -73,20 +73,33 @@ def choose_kb(zsum, zcnt, cmap, n_class):
 def ctx_stats(codes, ctx, n_ctx, outl_flag, use_flag):
     """Per context: number of codes, sum and number of zigzag codes, and the histogram
     of their bit lengths (outliers, the codes equal to ``outl_flag`` when ``use_flag``,
-    excluded)."""
-    zsum = np.zeros(n_ctx, np.float64)
-    cnt = np.zeros(n_ctx, np.int64)
-    zcnt = np.zeros(n_ctx, np.float64)
-    blen = np.zeros((n_ctx, 65), np.int64)
+    excluded). Four tables, one per position mod 4: consecutive codes of one context
+    would otherwise wait on each other's update (exact: the sums of integer codes below
+    2^53 do not depend on the order)."""
+    outl = np.zeros((4, n_ctx), np.int64)
+    zs = np.zeros((4, n_ctx), np.float64)
+    bl = np.zeros((4, n_ctx, 65), np.int64)
     for i in range(codes.size):
+        h = i & 3
         c = ctx[i]
-        cnt[c] += 1
         k = np.int64(codes[i])
-        if not (use_flag and k == outl_flag):
+        if use_flag and k == outl_flag:
+            outl[h, c] += 1
+        else:
             z = np.uint64((k << 1) ^ (k >> 63))
-            zsum[c] += np.float64(z)
-            zcnt[c] += 1.0
-            blen[c, bit_length(z)] += 1
+            zs[h, c] += np.float64(z)
+            bl[h, c, bit_length(z)] += 1
+    blen = bl[0] + bl[1] + bl[2] + bl[3]
+    cnt = np.zeros(n_ctx, np.int64)
+    zsum = np.zeros(n_ctx, np.float64)
+    zcnt = np.zeros(n_ctx, np.float64)
+    for c in range(n_ctx):
+        m = 0
+        for j in range(65):
+            m += blen[c, j]
+        zcnt[c] = np.float64(m)
+        cnt[c] = m + outl[0, c] + outl[1, c] + outl[2, c] + outl[3, c]
+        zsum[c] = (zs[0, c] + zs[1, c]) + (zs[2, c] + zs[3, c])
     return cnt, zsum, zcnt, blen
 
 
