@@ -212,11 +212,12 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
         pr = math.floor(pt + 0.5)
         # floor(v / step) of integers: a multiply by the reciprocal, off by at most one
         # next to a multiple, corrected exactly (a division would sit on the path from
-        # one value to the next in Lorenzo order)
+        # one value to the next in Lorenzo order); the correction as float selects:
+        # booleans subtracted as integers cost a fifth of the whole interpolation kernel
         v = xo - pr + e_int
         kf = math.floor(v * inv)
         rem = v - kf * step
-        kf += (rem >= step) - (rem < 0.0)
+        kf += pick(rem >= step, 1.0, 0.0) - pick(rem < 0.0, 1.0, 0.0)
         if abs(kf) <= KMAX:
             o = pr + kf * step
             o = lo if o < lo else (hi if o > hi else o)
