@@ -173,3 +173,28 @@ def test_extremes_with_non_finite_values_derandomized(dtype, seed, mode, predict
     b = tezip.decompress(tezip.compress(a, mode=name, bound=bound, rel_bound=rel,
                                         predictor=predictor, window=window))
     check_bound(a, b, name, bound, rel)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("bound", [2.7e-309, 1e-320, 5e-324])
+def test_bound_too_small_for_a_step_is_coded_bit_exact(dtype, bound):
+    # the reciprocal of such a step overflows: the file could not be read back
+    x = np.zeros((3, 4, 4), dtype)
+    x[1, 1, 1], x[2, 0, 0] = 1.0, -0.0
+    blob = tezip.compress(x, mode="abs", bound=bound, predictor="classical", threads=1)
+    y = tezip.decompress(blob)
+    assert y.dtype == x.dtype and bytes_equal(x, y).all()
+    assert tezip.TezFile(blob).header["quant"]["kind"] == "bits"
+
+
+@pytest.mark.parametrize("pw", [0.01, 0.1, 0.99])
+@pytest.mark.parametrize("predictor", PREDICTORS)
+def test_pointwise_bound_holds_on_float64_subnormals(pw, predictor):
+    # eb * |x| rounds by up to half a subnormal step: the encoder's limit stays below it
+    tiny = 5e-324
+    x = np.arange(1, 2 * 5 * 7 + 1, dtype=np.float64).reshape(2, 5, 7) * tiny
+    x[1] = x[1][::-1] * 1.0
+    x[0, 0, :3] = [80 * tiny, 81 * tiny, tiny]
+    y = tezip.decompress(tezip.compress(x, mode="pwrel", bound=pw, predictor=predictor,
+                                        threads=1))
+    check_bound(x, y, "pwrel", pw)

@@ -42,6 +42,7 @@ SUPPORTED_DTYPES = INT_DTYPES + FLOAT_DTYPES
 # predictors' integer sums of a few codes cannot overflow int64.
 _MAX_CODE = float(2**52)
 _MAX_INT_EB = 2**40
+_MIN_FLOAT_EB = 2.0 ** -1000  # below: bit-exact (1 / step stays finite at every level)
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,11 @@ def resolve(bound: ErrorBound, dtype: np.dtype,
         if e < 1:
             return QuantParams("identity", name)
         return QuantParams("int", name, step=float(2 * e + 1), eb=float(e))
-    if not eb > 0 or not math.isfinite(eb):
-        # a constant stack under a relative bound: nothing may change, code it exactly
+    if not eb >= _MIN_FLOAT_EB or not math.isfinite(eb):
+        # a constant stack under a relative bound: nothing may change, code it exactly;
+        # so too a bound so small that the reciprocal of a level's step would overflow
+        # (only a value within it of a subnormal differs from that value): bit-exact
+        # coding meets it
         return QuantParams("bits", name)
     eb = min(eb, 1e300)  # keeps the step finite; larger bounds change nothing
     return QuantParams("float", name, step=2.0 * eb, eb=eb)
@@ -286,7 +290,11 @@ def find_outliers(x: np.ndarray, out: np.ndarray, p: QuantParams) -> np.ndarray:
         return np.flatnonzero(np.abs(x.astype(np.int64) - out.astype(np.int64)) > int(p.eb))
     xf, of = x.astype(np.float64), out.astype(np.float64)
     if p.kind == "log":
-        limit: np.ndarray | float = p.eb * np.abs(xf)
+        # as the encoder bounds it: at or below the exact product (``kernels.core``)
+        lim = p.eb * np.abs(xf)
+        lim = lim - lim * 2.3e-16
+        limit: np.ndarray | float = np.where(lim < np.finfo(np.float64).tiny,
+                                             np.maximum(lim - 5e-324, 0.0), lim)
     else:
         limit = p.eb
     bad = ~_within(xf, of, limit)

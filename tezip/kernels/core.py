@@ -239,6 +239,10 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
             o = to_out(sg * math.exp2(r), otype, lo, hi)
             lim = eb * av
             lim = lim - lim * 2.3e-16      # at or below the exact product eb*|x|
+            if lim < 2.2250738585072014e-308:
+                # subnormal: the rounding error is absolute, up to half a step of the
+                # subnormal grid (which the line above underflows to 0): one step down
+                lim = max(lim - 5e-324, 0.0)
             if within(xo, o, lim):
                 return np.int64(kf), o, r, True
     return np.int64(0), xo, xo, False
