@@ -38,8 +38,22 @@ demo() {
   tezip verify data/iris_sji2796.npy out/iris_sji2796.tez
 }
 
+# numba's disk cache knows only the file of each kernel: after an edit of a helper the
+# kernels inline from another file (core.py, consts.py), the cached kernels would still
+# run the old helper, and the tests with them. Clear the cache when any kernel source is
+# newer than the oldest cache entry.
+fresh_kernel_cache() {
+  local d=tezip/kernels/__pycache__ oldest
+  oldest=$(ls -tr "$d"/*.nbi 2>/dev/null | head -n 1 || true)
+  if [ -n "$oldest" ] && [ -n "$(find tezip/kernels -maxdepth 1 -name '*.py' -newer "$oldest")" ]; then
+    echo "== kernel sources changed since numba cached them: clearing the cache"
+    rm -f "$d"/*.nbi "$d"/*.nbc
+  fi
+}
+
 run_tests() {
   setup
+  fresh_kernel_cache
   ruff check tezip tests datasets benchmarks examples
   # the suite in parallel processes (pytest-xdist), one per core up to four: most of a
   # first run is compiling kernels, which the workers share through numba's disk cache
