@@ -212,8 +212,8 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
         pr = math.floor(pt + 0.5)
         # floor(v / step) of integers: a multiply by the reciprocal, off by at most one
         # next to a multiple, corrected exactly (a division would sit on the path from
-        # one value to the next in Lorenzo order); the correction as float selects:
-        # booleans subtracted as integers cost a fifth of the whole interpolation kernel
+        # one value to the next in Lorenzo order); the correction as float selects (the
+        # same values as the booleans subtracted as integers, without conversions)
         v = xo - pr + e_int
         kf = math.floor(v * inv)
         rem = v - kf * step
