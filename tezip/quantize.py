@@ -290,11 +290,9 @@ def find_outliers(x: np.ndarray, out: np.ndarray, p: QuantParams) -> np.ndarray:
         return np.flatnonzero(np.abs(x.astype(np.int64) - out.astype(np.int64)) > int(p.eb))
     xf, of = x.astype(np.float64), out.astype(np.float64)
     if p.kind == "log":
-        # as the encoder bounds it: at or below the exact product (``kernels.core``)
-        lim = p.eb * np.abs(xf)
-        lim = lim - lim * 2.3e-16
-        limit: np.ndarray | float = np.where(lim < np.finfo(np.float64).tiny,
-                                             np.maximum(lim - 5e-324, 0.0), lim)
+        from .kernels.core import pw_limits  # the encoder's limit, value by value
+
+        limit: np.ndarray | float = pw_limits(float(p.eb), np.ascontiguousarray(np.abs(xf)))
     else:
         limit = p.eb
     bad = ~_within(xf, of, limit)

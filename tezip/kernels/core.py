@@ -203,6 +203,28 @@ def to_out(v, otype, lo, hi):
 
 
 @inline
+def pw_limit(eb, av):
+    """The point-wise relative limit for |x| = ``av``: at or below the exact product
+    eb * av (its rounding taken off; on a subnormal, whose rounding error is absolute, up
+    to half a step of the subnormal grid, one step down)."""
+    lim = eb * av
+    lim = lim - lim * 2.3e-16
+    if lim < 2.2250738585072014e-308:
+        lim = max(lim - 5e-324, 0.0)
+    return lim
+
+
+@jit
+def pw_limits(eb, av):
+    """``pw_limit`` of every value of ``av`` (the checker's limits are the encoder's)."""
+    a = av.ravel()
+    out = np.empty(a.size, np.float64)
+    for i in range(a.size):
+        out[i] = pw_limit(eb, a[i])
+    return out.reshape(av.shape)
+
+
+@inline
 def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
     """One value ``xo`` against its prediction ``pt`` (log domain for MODE_LOG).
     Returns (code, output value, log-domain reconstruction, ok); not ok: an outlier."""
@@ -237,13 +259,7 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
         if abs(kf) <= KMAX:
             r = pt + kf * step
             o = to_out(sg * math.exp2(r), otype, lo, hi)
-            lim = eb * av
-            lim = lim - lim * 2.3e-16      # at or below the exact product eb*|x|
-            if lim < 2.2250738585072014e-308:
-                # subnormal: the rounding error is absolute, up to half a step of the
-                # subnormal grid (which the line above underflows to 0): one step down
-                lim = max(lim - 5e-324, 0.0)
-            if within(xo, o, lim):
+            if within(xo, o, pw_limit(eb, av)):
                 return np.int64(kf), o, r, True
     return np.int64(0), xo, xo, False
 
