@@ -66,3 +66,28 @@ def test_stack_bytes_do_not_depend_on_the_tuning_threads(many_finalists):
     assert one == two
     back = tezip.decompress(one)
     assert np.abs(back.astype(np.float64) - x).max() <= 1e-3 * float(x.max() - x.min())
+
+
+def test_the_tuned_window_codes_with_the_best_finalist_unchecked(many_finalists, monkeypatch):
+    import tezip
+
+    x = smooth_stack((24, 40, 36), seed=6)
+    checked = []
+    real = codec.sample_tiles
+
+    def spy(w, light=False):
+        if light:
+            checked.append(w.shape[0])
+        return real(w, light)
+
+    monkeypatch.setattr(codec, "sample_tiles", spy)
+    monkeypatch.setattr(codec, "_SWITCH", 100.0)     # a check would take its cheapest
+    kw = dict(mode="rel", bound=1e-3, predictor="classical", window=12)
+    blob = tezip.compress(x, **kw)
+    assert checked == [12]           # the second window checks itself, the first does not
+    quant = _quant(x)
+    t = codec.tune(np.ascontiguousarray(x[:12]), quant, predictors.CLASSICAL_CANDIDATES)
+    with tezip.open(blob) as f:
+        used = f.window_meta(0)
+    name, cfg = t.finalists[0]
+    assert (used["p"], used["cfg"]) == (name, cfg)

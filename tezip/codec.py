@@ -291,13 +291,16 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
 
 
 def choose(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
-           finalists: list[tuple[str, dict]] | None = None) -> tuple[str, dict]:
+           finalists: list[tuple[str, dict]] | None = None,
+           ranked: bool = False) -> tuple[str, dict]:
     """The predictor and configuration to code window ``x`` with: the best finalist of
     the stack's tuning (``tune``; else this window's own), unless a small sample of
-    this window finds another finalist clearly better."""
+    this window finds another finalist clearly better. ``ranked``: the finalists were
+    ranked on this very window (its first frames, coded in full: more reliable than the
+    sample), so the best is taken as it is."""
     if finalists is None:
-        finalists = tune(x, quant, candidates).finalists
-    if len(finalists) == 1:
+        finalists, ranked = tune(x, quant, candidates).finalists, True
+    if len(finalists) == 1 or ranked:
         return finalists[0]
     sample = sample_tiles(x, light=True)
     sgn = sign_map(sample, quant)
@@ -380,11 +383,12 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                candidates: tuple[str, ...] = predictors.CLASSICAL_CANDIDATES,
                                learned: Any = None, thorough: bool = False,
                                finalists: list[tuple[str, dict]] | None = None,
-                               coded_cache: dict[str, predictors.Coded] | None = None
-                               ) -> Encoded:
+                               coded_cache: dict[str, predictors.Coded] | None = None,
+                               ranked: bool = False) -> Encoded:
     """``encode_window``, keeping the classical alternative of a learned window.
     ``coded_cache``: full codings of this very window by configuration (``Tuning.head``),
-    used instead of coding it again."""
+    used instead of coding it again; ``ranked``: ``finalists`` were ranked on this very
+    window (``choose``)."""
     from .predictors.lossless import ordered
 
     x = np.ascontiguousarray(x)
@@ -415,8 +419,8 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
     if classical:
         if finalists is None:
             tuned = tune(x, quant, classical)
-            finalists, coded_cache = tuned.finalists, tuned.head
-        name, cfg = choose(x, quant, classical, finalists)
+            finalists, coded_cache, ranked = tuned.finalists, tuned.head, True
+        name, cfg = choose(x, quant, classical, finalists, ranked)
         coded = (coded_cache or {}).get(config_key(name, cfg))
         if coded is None:
             coded = predictors.get(name).encode(x, quant, cfg, sign_map(x, quant))
@@ -767,13 +771,15 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
                    force: bool = False, fileobj: Any = None,
                    progress: Callable[[int], None] | None = None,
                    vrange: tuple[float, float] | None = None,
-                   tuning: Tuning | None = None) -> Stats:
+                   tuning: Tuning | None = None, tuned_first: bool = False) -> Stats:
     """Compress a reader (``shape``, ``dtype``, ``read(t0, t1)``, ``metadata``) into a .tez
     file at ``out`` (atomically) or into ``fileobj``. ``vrange`` (min, max of the finite
     values) overrides the stack's own, e.g. so that every shard of a larger stack resolves a
     relative bound against the whole stack's range. ``tuning`` (from ``tune_stack``)
     overrides the tuning on this stack's first window, e.g. so that the pieces of one
-    shard, encoded apart, write the same bytes as the whole shard."""
+    shard, encoded apart, write the same bytes as the whole shard; ``tuned_first``: it
+    was tuned on this stack's first window (the piece that starts the shard), which then
+    codes with its best finalist as the whole shard's does."""
     shape = tuple(int(s) for s in stack.shape)
     dtype = np.dtype(stack.dtype)
     check_stack(shape, dtype)
@@ -816,18 +822,21 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         classical = tuple(c for c in candidates if c != "learned")
         # the first window's codings from the tuning, when it was tuned on that window
         cache: dict[int, dict[str, predictors.Coded] | None] = {}
+        own = plan[0] == (0, min(wlen, shape[0]))
         if tuning is None:
-            own = plan[0] == (0, min(wlen, shape[0]))
             head = first if own else stack.read(0, min(wlen, shape[0]))
             tuning = _tune_on(head, qp, classical, options.n_threads())
             if own:
                 cache[0] = tuning.head
+            tuned_first = True
         finalists = tuning.finalists
+        ranked = own and tuned_first        # the first window: no check of its own
 
         def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, Encoded]:
             t0, t1, x = item
             return t0, t1, encode_window_alternatives(x, qp, candidates, learned, thorough,
-                                                      finalists, cache.pop(t0, None))
+                                                      finalists, cache.pop(t0, None),
+                                                      ranked and t0 == 0)
 
         for t0, t1, enc in _ordered_map(work, frames, options.n_threads()):
             data, used = enc.payload, enc.predictor
