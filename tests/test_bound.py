@@ -198,3 +198,17 @@ def test_pointwise_bound_holds_on_float64_subnormals(pw, predictor):
     y = tezip.decompress(tezip.compress(x, mode="pwrel", bound=pw, predictor=predictor,
                                         threads=1))
     check_bound(x, y, "pwrel", pw)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("predictor", PREDICTORS)
+def test_a_quotient_of_2_to_the_63_is_an_outlier(dtype, predictor):
+    # (x - p) / step = +-2^63 exactly: an int64 floor made it -2^63, whose abs overflows
+    # and passed the range check; the file failed its own checksum
+    x = np.zeros((4, 16, 16), dtype)
+    x[1, 5, 5], x[2, 7, 7] = -2.0 ** 53, 2.0 ** 53
+    x[3, 2, 9] = 2.0 ** 54
+    blob = tezip.compress(x, mode="abs", bound=2.0 ** -11, predictor=predictor, threads=1)
+    y = tezip.decompress(blob)
+    assert bytes_equal(x, y).all()
+    check_bound(x, y, "abs", 2.0 ** -11)

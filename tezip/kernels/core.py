@@ -195,7 +195,7 @@ def to_out(v, otype, lo, hi):
     if otype == OUT_F32:
         return np.float64(np.float32(v))
     if otype == OUT_INT:
-        r = math.floor(v + 0.5)
+        r = np.floor(v + 0.5)       # a float (see ``quantize``), so NaN stays NaN here
         if math.isnan(r):
             r = 0.0
         return lo if r < lo else (hi if r > hi else r)
@@ -227,17 +227,23 @@ def pw_limits(eb, av):
 @inline
 def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
     """One value ``xo`` against its prediction ``pt`` (log domain for MODE_LOG).
-    Returns (code, output value, log-domain reconstruction, ok); not ok: an outlier."""
+    Returns (code, output value, log-domain reconstruction, ok); not ok: an outlier.
+
+    Floors are ``np.floor``, a float: ``math.floor`` returns an int64 here, and its
+    conversions there and back sat on the path from one value to the next (Lorenzo), and
+    turned a quotient of 2^63 or more into -2^63, whose ``abs`` overflows and passed the
+    range check (a float32 value of 2^53 next to zeros under an absolute bound of 2^-11
+    was given the code -2^63 and wrote a file that failed its own checksum)."""
     if mode == MODE_INT:
         if not (abs(pt) < 1e300):
             pt = 0.0
-        pr = math.floor(pt + 0.5)
+        pr = np.floor(pt + 0.5)
         # floor(v / step) of integers: a multiply by the reciprocal, off by at most one
         # next to a multiple, corrected exactly (a division would sit on the path from
         # one value to the next in Lorenzo order); the correction as float selects (the
         # same values as the booleans subtracted as integers, without conversions)
         v = xo - pr + e_int
-        kf = math.floor(v * inv)
+        kf = np.floor(v * inv)
         rem = v - kf * step
         kf += pick(rem >= step, 1.0, 0.0) - pick(rem < 0.0, 1.0, 0.0)
         if abs(kf) <= KMAX:
@@ -246,7 +252,7 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
             return np.int64(kf), o, o, True
         return np.int64(0), xo, xo, False
     if mode == MODE_FLOAT:
-        kf = math.floor((xo - pt) * inv + 0.5)
+        kf = np.floor((xo - pt) * inv + 0.5)
         if abs(kf) <= KMAX:
             o = to_out(pt + kf * step, otype, lo, hi)
             if within(xo, o, eb):
@@ -255,7 +261,7 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
     # MODE_LOG: |x - x'| <= eb |x|
     av = abs(xo)
     if av > 0.0 and av < np.inf:
-        kf = math.floor((math.log2(av) - pt) * inv + 0.5)
+        kf = np.floor((math.log2(av) - pt) * inv + 0.5)
         if abs(kf) <= KMAX:
             r = pt + kf * step
             o = to_out(sg * math.exp2(r), otype, lo, hi)
@@ -270,7 +276,7 @@ def reconstruct(mode, otype, k, pt, step, lo, hi, sg):
     if mode == MODE_INT:
         if not (abs(pt) < 1e300):
             pt = 0.0
-        o = math.floor(pt + 0.5) + k * step
+        o = np.floor(pt + 0.5) + k * step
         o = lo if o < lo else (hi if o > hi else o)
         return o, o
     if mode == MODE_FLOAT:
