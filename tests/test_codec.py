@@ -284,3 +284,24 @@ def test_a_window_off_its_checksum_is_damage_not_a_machine_mismatch(dtype, mode)
         codec.decode_window(damaged, quant, frame_shape, 6)
     assert np.array_equal(codec.decode_window(data, quant, frame_shape, 6),
                           tezip.decompress(blob))
+
+
+@pytest.mark.parametrize("start", ["random", "repetitive"])
+def test_a_large_low_bit_stream_is_compressed_when_its_start_compresses(start):
+    from tezip import payload
+
+    rng = np.random.default_rng(7)
+    noise = rng.integers(0, 256, 3 * payload._PROBE, dtype=np.uint8).tobytes()
+    head = noise[:payload._PROBE] if start == "random" else bytes(payload._PROBE)
+    low = head + bytes(2 * payload._PROBE)      # compressible as a whole either way
+    packed = payload.pack({"p": "x"}, {"model": b"m", "words": b"w" * 8, "low": low})
+    meta = payload.peek_meta(packed)
+    # a start like the near-uniform low bits: stored as is, without compressing the rest
+    assert (meta["z"][2] == 0) == (start == "random")
+    back = payload.unpack(packed, {n: len(low) for n in payload.SECTIONS})
+    assert back.sections["low"] == low
+    # a short stream is still tried whole
+    small = noise[:1000] + bytes(2000)
+    meta = payload.peek_meta(payload.pack({"p": "x"}, {"model": b"m", "words": b"w" * 8,
+                                                       "low": small}))
+    assert meta["z"][2] == len(small)

@@ -27,6 +27,10 @@ from .errors import CorruptFileError
 SECTIONS = ("model", "words", "low", "outliers", "masks", "planes")
 _BASE = 5                 # sections every payload lists; the later ones only when used
 _COMPRESSIBLE = {"low", "outliers", "masks"}
+_PROBE = 1 << 14          # the raw low bits are near uniform by design: a larger stream is
+#                           compressed only if its first _PROBE bytes compress (on the
+#                           shared stacks no stream above 4 KB ever shrank, and trying cost
+#                           up to 0.8 ms a window)
 _META_LEN = struct.Struct("<I")
 MAX_META = 1 << 16
 
@@ -43,7 +47,9 @@ def pack(meta: dict, sections: dict[str, bytes]) -> bytes:
     for name in SECTIONS[:used]:
         data = sections.get(name, b"")
         size = 0
-        if name in _COMPRESSIBLE and len(data) >= 64:
+        if name in _COMPRESSIBLE and len(data) >= 64 and (
+                name != "low" or len(data) <= 2 * _PROBE
+                or len(zstd(data[:_PROBE], 3)) < 0.97 * _PROBE):
             z = zstd(data, 3)
             if len(z) < 0.97 * len(data):
                 data, size = z, len(data)
