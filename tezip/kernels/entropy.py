@@ -303,22 +303,27 @@ def estimate_bits(codes, ctx, n_ctx, groups, outl_flag, use_flag, outl_bits):
     cmap, n_class = class_map(cnt, groups)
     kb = choose_kb(zsum, zcnt, cmap, n_class)
     counts = np.zeros((n_class, ALPHABET), np.int64)
-    bits = 0.0
+    # the raw bits as integers, the low bits from the counts per context: no float sum
+    # from value to value (the same value: every term is an integer below 2^53)
+    n_out = 0
+    raw = 0
     for i in range(codes.size):
         c = cmap[ctx[i]]
         k = np.int64(codes[i])
         if use_flag and k == outl_flag:
             counts[c, OUT] += 1
-            bits += outl_bits
+            n_out += 1
             continue
         z = np.uint64((k << 1) ^ (k >> 63))
         hi = z >> np.uint64(kb[c])
         if hi >= ESC:
             counts[c, ESC] += 1
-            bits += 6.0 + bit_length(hi - np.uint64(ESC))
+            raw += 6 + bit_length(hi - np.uint64(ESC))
         else:
             counts[c, np.int64(hi)] += 1
-        bits += kb[c]
+    for j in range(n_ctx):
+        raw += kb[cmap[j]] * np.int64(zcnt[j])
+    bits = n_out * outl_bits + np.float64(raw)
     for c in range(n_class):
         tot = 0
         used = 0
