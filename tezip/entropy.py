@@ -21,9 +21,11 @@ from .kernels.consts import ALPHABET, FLAG, RANS_L, M
 from .kernels.core import words64
 
 _MODEL_HEAD = struct.Struct("<HB")
-_MODEL_LEVEL = 3          # zstd level of the model: 9 made it 2-4% smaller (under 0.1% of a
-#                           file on the shared stacks) and cost 0.1-1 ms a window (up to 4%
-#                           of encoding)
+_MODEL_LEVELS = (9, 3)    # zstd level of the model, up to / above _MODEL_SMALL bytes: 9
+_MODEL_SMALL = 4096       # makes a model 2-4% smaller than 3; it costs 0.1-1 ms a window on
+#                           the larger models of the shared stacks (up to 4% of encoding, for
+#                           under 0.1% of their files), little on a small one, where the
+#                           model is a larger share of a small file
 
 
 def zstd(data: bytes, level: int = 3) -> bytes:
@@ -93,7 +95,8 @@ def _pack_model(cmap: np.ndarray, kb: np.ndarray, freq: np.ndarray) -> bytes:
         nsym[c] = int(nz[-1]) + 1 if nz.size else 0
     body = [kb.astype(np.uint8).tobytes(), K.varint_encode(nsym).tobytes()]
     body += [K.varint_encode(freq[c, :nsym[c]]).tobytes() for c in range(n_class)]
-    return head + zstd(b"".join(body), _MODEL_LEVEL)
+    raw = b"".join(body)
+    return head + zstd(raw, _MODEL_LEVELS[len(raw) > _MODEL_SMALL])
 
 
 @dataclass
