@@ -290,16 +290,13 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
     return Tuning([finalists[i] for _, i in sorted(sizes)], coded if whole else None)
 
 
-def choose(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
-           finalists: list[tuple[str, dict]] | None = None,
+def choose(x: np.ndarray, quant: Quantizer, finalists: list[tuple[str, dict]],
            ranked: bool = False) -> tuple[str, dict]:
-    """The predictor and configuration to code window ``x`` with: the best finalist of
-    the stack's tuning (``tune``; else this window's own), unless a small sample of
-    this window finds another finalist clearly better. ``ranked``: the finalists were
-    ranked on this very window (its first frames, coded in full: more reliable than the
-    sample), so the best is taken as it is."""
-    if finalists is None:
-        finalists, ranked = tune(x, quant, candidates).finalists, True
+    """The predictor and configuration to code window ``x`` with: the best of the
+    finalists of a tuning (``tune``), unless a small sample of this window finds another
+    one clearly better. ``ranked``: the finalists were ranked on this very window (its
+    first frames, coded in full: more reliable than the sample), so the best is taken as
+    it is."""
     if len(finalists) == 1 or ranked:
         return finalists[0]
     sample = sample_tiles(x, light=True)
@@ -420,7 +417,7 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         if finalists is None:
             tuned = tune(x, quant, classical)
             finalists, coded_cache, ranked = tuned.finalists, tuned.head, True
-        name, cfg = choose(x, quant, classical, finalists, ranked)
+        name, cfg = choose(x, quant, finalists, ranked)
         coded = (coded_cache or {}).get(config_key(name, cfg))
         if coded is None:
             coded = predictors.get(name).encode(x, quant, cfg, sign_map(x, quant))
