@@ -112,9 +112,15 @@ def _kind(c, n, s, sd, cubic):
 
 @inline
 def _run_length(c, n, s, cubic):
-    """Points from c on (step 2s) that share c's kind: the cubic interior is one run."""
-    if cubic and c >= 3 * s and c + 3 * s < n:
-        return (n - 3 * s - 1 - c) // (2 * s) + 1
+    """Points from c on (step 2s) that share c's kind: the cubic interior is one run, and
+    so is the linear one (every point with a right neighbour; it was a run of one point
+    each, its kind worked out again for every point)."""
+    if cubic:
+        if c >= 3 * s and c + 3 * s < n:
+            return (n - 3 * s - 1 - c) // (2 * s) + 1
+        return 1
+    if c + s < n:
+        return (n - s - 1 - c) // (2 * s) + 1
     return 1
 
 
