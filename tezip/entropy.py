@@ -10,6 +10,7 @@ window checksum rejects, never anything worse.
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,8 +29,30 @@ _MODEL_SMALL = 4096       # makes a model 2-4% smaller than 3; it costs 0.1-1 ms
 #                           model is a larger share of a small file
 
 
+_LOCAL = threading.local()   # per thread: zstd contexts are not thread-safe
+
+
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    """This thread's compressor at ``level`` (making one costs 20-35 us, a few times per
+    window; one-shot compression with a reused context gives the same bytes)."""
+    cache = getattr(_LOCAL, "c", None)
+    if cache is None:
+        cache = _LOCAL.c = {}
+    c = cache.get(level)
+    if c is None:
+        c = cache[level] = zstandard.ZstdCompressor(level=level)
+    return c
+
+
 def zstd(data: bytes, level: int = 3) -> bytes:
-    return zstandard.ZstdCompressor(level=level).compress(data) if data else b""
+    return _compressor(level).compress(data) if data else b""
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    d = getattr(_LOCAL, "d", None)
+    if d is None:
+        d = _LOCAL.d = zstandard.ZstdDecompressor()
+    return d
 
 
 def unzstd_at_most(data: bytes, cap: int, what: str = "compressed section") -> bytes:
@@ -41,7 +64,7 @@ def unzstd_at_most(data: bytes, cap: int, what: str = "compressed section") -> b
         if declared > cap:
             raise CorruptFileError(f"damaged {what} (declares {declared} bytes, at most "
                                    f"{cap} expected)")
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=cap)
+        return _decompressor().decompress(data, max_output_size=cap)
     except (zstandard.ZstdError, MemoryError) as exc:
         raise CorruptFileError(f"damaged {what} ({exc})") from None
 
@@ -89,13 +112,13 @@ def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.nda
 def _pack_model(cmap: np.ndarray, kb: np.ndarray, freq: np.ndarray) -> bytes:
     n_class = freq.shape[0]
     head = _MODEL_HEAD.pack(cmap.size, n_class) + cmap.astype(np.uint8).tobytes()
-    nsym = np.zeros(n_class, np.int64)
-    for c in range(n_class):
-        nz = np.flatnonzero(freq[c])
-        nsym[c] = int(nz[-1]) + 1 if nz.size else 0
-    body = [kb.astype(np.uint8).tobytes(), K.varint_encode(nsym).tobytes()]
-    body += [K.varint_encode(freq[c, :nsym[c]]).tobytes() for c in range(n_class)]
-    raw = b"".join(body)
+    # per class, its frequencies up to the last used symbol, all classes in one call (a
+    # call per class cost 0.1-0.3 ms a window on models of 30-50 classes)
+    used = freq != 0
+    nsym = np.where(used.any(axis=1), freq.shape[1] - np.argmax(used[:, ::-1], axis=1), 0)
+    rows = freq[np.arange(freq.shape[1]) < nsym[:, None]]
+    raw = b"".join([kb.astype(np.uint8).tobytes(), K.varint_encode(nsym).tobytes(),
+                    K.varint_encode(rows).tobytes()])
     return head + zstd(raw, _MODEL_LEVELS[len(raw) > _MODEL_SMALL])
 
 

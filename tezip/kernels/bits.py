@@ -85,9 +85,9 @@ def encode(q, kind, act, codes, ctx):
                 qi = qf[np.uint64(i)]
                 r = qi - _pred(qf, i, qa, t, y, xx, HW, W, kind)
                 qa = qi
-                ctx[n] = _ctx(af, i, t, y, xx, HW, W)
+                ctx[np.uint64(n)] = _ctx(af, i, t, y, xx, HW, W)
                 k = np.int64(r)
-                codes[n] = k
+                codes[np.uint64(n)] = k
                 z = np.uint64((k << 1) ^ (k >> 63))
                 bl = bit_length(z)
                 af[np.uint64(i)] = bl

@@ -121,14 +121,19 @@ def stream_bytes(blen, cmap, kb):
 
 
 @inline
-def _put(low, bp, v, n):
-    """Append the n (<= 64) bits of v (v < 2^n) at bit position ``bp`` of ``low``, a
-    zeroed little-endian stream of 64-bit words; no branches."""
-    w = np.uint64(bp >> 6)
-    sh = np.uint64(bp & 63)
-    low[w] |= v << sh
-    low[w + np.uint64(1)] |= (v >> np.uint64(1)) >> (np.uint64(63) - sh)
-    return bp + n
+def _put(acc, nacc, v, n):
+    """Append the n (<= 64) bits of v (v < 2^n) to a bit writer whose partial word
+    ``acc`` holds ``nacc`` (< 64) bits. Returns (acc, nacc, the completed word, whether
+    one was completed): the caller stores a completed word as the stream's next one.
+    The partial word stays in a register (a read-modify-write of the stream for every
+    code, as before, cost about 1 ns per value)."""
+    acc |= v << np.uint64(nacc)
+    nacc += n
+    if nacc >= 64:
+        nacc -= 64
+        # the bits of v that did not fit: v >> (n - nacc), in two shifts (it may be 64)
+        return (v >> np.uint64(1)) >> np.uint64(n - nacc - 1), nacc, acc, True
+    return acc, nacc, acc, False
 
 
 @jit
@@ -145,7 +150,9 @@ def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
     # two count tables, alternating: consecutive equal symbols would otherwise wait on
     # each other's increment
     counts2 = np.zeros((2, n_class, ALPHABET), np.int64)
-    bp = 0
+    acc = np.uint64(0)
+    nacc = 0
+    wpos = 0
     for i in range(n):
         c = cmap[ctx[i]]
         cls[i] = c
@@ -157,20 +164,35 @@ def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
         z = np.uint64((k << 1) ^ (k >> 63))
         kk = kb[c]
         hi = z >> np.uint64(kk)
+        lowbits = z & ((np.uint64(1) << np.uint64(kk)) - np.uint64(1))
         if hi < ESC:
             syms[i] = np.uint8(hi)
-            counts2[i & 1, c, np.int64(hi)] += 1
-        else:
-            syms[i] = ESC
-            counts2[i & 1, c, ESC] += 1
-            e = hi - np.uint64(ESC)
-            ln = bit_length(e)
-            bp = _put(low, bp, np.uint64(ln), 6)
-            bp = _put(low, bp, e, ln)
-        # kk == 0 appends nothing (no branch on it: classes with and without low bits
-        # alternate from value to value)
-        bp = _put(low, bp, z & ((np.uint64(1) << np.uint64(kk)) - np.uint64(1)), kk)
-    return syms, cls, low, (bp + 7) // 8, counts2[0] + counts2[1]
+            counts2[i & 1, c, hi] += 1
+            # kk == 0 appends nothing and completes no word: the branch is then never
+            # taken (where classes with and without low bits alternate, once per 64 bits)
+            acc, nacc, word, full = _put(acc, nacc, lowbits, kk)
+            if full:
+                low[wpos] = word
+                wpos += 1
+            continue
+        syms[i] = ESC
+        counts2[i & 1, c, ESC] += 1
+        e = hi - np.uint64(ESC)
+        ln = bit_length(e)
+        acc, nacc, word, full = _put(acc, nacc, np.uint64(ln), 6)
+        if full:
+            low[wpos] = word
+            wpos += 1
+        acc, nacc, word, full = _put(acc, nacc, e, ln)
+        if full:
+            low[wpos] = word
+            wpos += 1
+        acc, nacc, word, full = _put(acc, nacc, lowbits, kk)
+        if full:
+            low[wpos] = word
+            wpos += 1
+    low[wpos] = acc
+    return syms, cls, low, (64 * wpos + nacc + 7) // 8, counts2[0] + counts2[1]
 
 
 @jit
@@ -320,7 +342,7 @@ def estimate_bits(codes, ctx, n_ctx, groups, outl_flag, use_flag, outl_bits):
             counts[c, ESC] += 1
             raw += 6 + bit_length(hi - np.uint64(ESC))
         else:
-            counts[c, np.int64(hi)] += 1
+            counts[c, hi] += 1
     for j in range(n_ctx):
         raw += kb[cmap[j]] * np.int64(zcnt[j])
     bits = n_out * outl_bits + np.float64(raw)

@@ -147,16 +147,16 @@ def _enc_run(mode, otype, arrs, has_base, geo, wts, qp, n, no):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        ctx[n] = gb + bucket(var * inv)
+        ctx[np.uint64(n)] = gb + bucket(var * inv)
         xo = np.float64(xf[ui])
         k, o, r, ok = quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg)
         if ok:
-            codes[n] = k
+            codes[np.uint64(n)] = k
             of[ui] = o
             rf[ui] = r if mode == MODE_LOG else o - b
         else:
-            codes[n] = FLAG
-            outp[no] = i
+            codes[np.uint64(n)] = FLAG
+            outp[np.uint64(no)] = i
             no += 1
             if abs(xo) < np.inf:
                 of[ui] = xo
@@ -201,10 +201,10 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
                     rf[ui] = 0.0
                     continue
                 xo = np.float64(xf[ui])
-                codes[n] = FLAG
-                ctx[n] = G_ANCHOR * NB
+                codes[np.uint64(n)] = FLAG
+                ctx[np.uint64(n)] = G_ANCHOR * NB
                 n += 1
-                outp[no] = i
+                outp[np.uint64(no)] = i
                 no += 1
                 b = bf[ui] if has_base else 0.0
                 if abs(xo) < np.inf:

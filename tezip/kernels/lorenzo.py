@@ -118,19 +118,19 @@ def _enc_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, n, no):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        ctx[n] = gb + bucket(0.125 * s)
+        ctx[np.uint64(n)] = gb + bucket(0.125 * s)
         xo = np.float64(xf[ui])
         k, o, r, ok = quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg)
         if ok:
-            codes[n] = k
+            codes[np.uint64(n)] = k
             of[ui] = o
             ra = r if mode == MODE_LOG else o - b
             rf[ui] = ra
             ak = abs(k)
             af[ui] = ak if ak < 255 else 255
         else:
-            codes[n] = FLAG
-            outp[no] = i
+            codes[np.uint64(n)] = FLAG
+            outp[np.uint64(no)] = i
             no += 1
             af[ui] = 255
             if abs(xo) < np.inf:
