@@ -22,11 +22,13 @@ from .kernels.consts import ALPHABET, FLAG, RANS_L, M
 from .kernels.core import words64
 
 _MODEL_HEAD = struct.Struct("<HB")
-_MODEL_LEVELS = (9, 3)    # zstd level of the model, up to / above _MODEL_SMALL bytes: 9
-_MODEL_SMALL = 4096       # makes a model 2-4% smaller than 3; it costs 0.1-1 ms a window on
-#                           the larger models of the shared stacks (up to 4% of encoding, for
-#                           under 0.1% of their files), little on a small one, where the
-#                           model is a larger share of a small file
+_MODEL_SMALL = 4096       # zstd level 9 for the model (else 3) up to this many bytes, and
+_MODEL_SHARE = 16         # where it is at least 1/16 of the window's streams: level 9 makes
+#                           a model 3-4% smaller than 3 but cost 70-400 us a window with the
+#                           encoder's caches cold (0.2-0.6 ns a value, up to 3% of encoding),
+#                           worth it only where the model is a large share of a small window
+#                           (a 3 KB file was 0.7% larger with 3); on the shared stacks it
+#                           saved under 0.1% of the file
 
 
 _LOCAL = threading.local()   # per thread: zstd contexts are not thread-safe
@@ -92,24 +94,37 @@ def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
            outliers: bool = True) -> Streams:
     """Code ``codes`` (int32 with FLAG for outliers, or int64 residuals when ``outliers``
     is False) under contexts ``ctx`` (uint8, < n_ctx)."""
-    cnt, zsum, zcnt, blen = K.ctx_stats(codes, ctx, n_ctx, FLAG, outliers)
+    cnt, zsum, zcnt, blen = _ctx_stats(codes, ctx, n_ctx, outliers)
     cmap, n_class = K.class_map(cnt, groups)
     kb = K.choose_kb(zsum, zcnt, cmap, n_class)
     syms, cls, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb,
                                                  n_class, K.stream_bytes(blen, cmap, kb))
     freq = K.normalize(counts)
     words = K.rans_encode(syms, cls, freq)
-    return Streams(_pack_model(cmap, kb, freq), words.astype("<u2").tobytes(),
+    return Streams(_pack_model(cmap, kb, freq, 2 * words.size + nbytes),
+                   words.astype("<u2").tobytes(),
                    low.astype("<u8", copy=False).view(np.uint8)[:nbytes].tobytes())
 
 
 def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
                   outlier_bits: float, outliers: bool = True) -> float:
     """Estimated coded size in bits (to rank candidates without coding)."""
-    return float(K.estimate_bits(codes, ctx, n_ctx, groups, FLAG, outliers, outlier_bits))
+    cnt, zsum, zcnt, _ = _ctx_stats(codes, ctx, n_ctx, outliers)
+    return float(K.estimate_bits(codes, ctx, n_ctx, groups, FLAG, outliers, outlier_bits,
+                                 cnt, zsum, zcnt))
 
 
-def _pack_model(cmap: np.ndarray, kb: np.ndarray, freq: np.ndarray) -> bytes:
+def _ctx_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
+               outliers: bool) -> tuple[np.ndarray, ...]:
+    """Per-context statistics (``kernels.entropy.ctx_stats``), summed as integers where
+    the codes are those of a value predictor (int32: no sum can overflow)."""
+    if codes.dtype == np.int32:
+        return K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, outliers)
+    return K.ctx_stats(codes, ctx, n_ctx, FLAG, outliers)
+
+
+def _pack_model(cmap: np.ndarray, kb: np.ndarray, freq: np.ndarray, streams: int) -> bytes:
+    """The model's bytes; ``streams``: the bytes of the streams it goes with."""
     n_class = freq.shape[0]
     head = _MODEL_HEAD.pack(cmap.size, n_class) + cmap.astype(np.uint8).tobytes()
     # per class, its frequencies up to the last used symbol, all classes in one call (a
@@ -119,7 +134,8 @@ def _pack_model(cmap: np.ndarray, kb: np.ndarray, freq: np.ndarray) -> bytes:
     rows = freq[np.arange(freq.shape[1]) < nsym[:, None]]
     raw = b"".join([kb.astype(np.uint8).tobytes(), K.varint_encode(nsym).tobytes(),
                     K.varint_encode(rows).tobytes()])
-    return head + zstd(raw, _MODEL_LEVELS[len(raw) > _MODEL_SMALL])
+    small = len(raw) <= _MODEL_SMALL and _MODEL_SHARE * len(raw) >= streams
+    return head + zstd(raw, 9 if small else 3)
 
 
 @dataclass

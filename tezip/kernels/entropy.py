@@ -104,6 +104,37 @@ def ctx_stats(codes, ctx, n_ctx, outl_flag, use_flag):
 
 
 @jit
+def ctx_stats_narrow(codes, ctx, n_ctx, outl_flag, use_flag):
+    """``ctx_stats`` of int32 codes (value predictors: |code| <= KMAX, zigzag codes below
+    2^32): the sums as integers, which cannot overflow and are the same sums (an integer
+    addition is quicker to wait on than a float one), and an outlier counted in a 66th
+    bin of the histogram instead of a branch of its own (1.5 -> 1.0-1.1 ns per code)."""
+    zs = np.zeros((4, n_ctx), np.int64)
+    bl = np.zeros((4, n_ctx, 66), np.int64)
+    for i in range(codes.size):
+        h = i & 3
+        c = ctx[i]
+        k = np.int64(codes[i])
+        z = np.uint64((k << 1) ^ (k >> 63))
+        o = use_flag and k == outl_flag
+        b = 65 if o else bit_length(z)
+        zs[h, c] += 0 if o else np.int64(z)
+        bl[h, c, b] += 1
+    blen = bl[0] + bl[1] + bl[2] + bl[3]
+    cnt = np.zeros(n_ctx, np.int64)
+    zsum = np.zeros(n_ctx, np.float64)
+    zcnt = np.zeros(n_ctx, np.float64)
+    for c in range(n_ctx):
+        m = 0
+        for j in range(65):
+            m += blen[c, j]
+        zcnt[c] = np.float64(m)
+        cnt[c] = m + blen[c, 65]
+        zsum[c] = np.float64((zs[0, c] + zs[1, c]) + (zs[2, c] + zs[3, c]))
+    return cnt, zsum, zcnt, blen[:, :65].copy()
+
+
+@jit
 def stream_bytes(blen, cmap, kb):
     """An upper bound on the bytes of the bit stream ``symbolize`` writes: every code's
     low bits, and for the codes whose high part may escape (bit length >= kb + 8), the
@@ -245,17 +276,21 @@ def rans_encode(syms, cls, freq):
     frequency is an exact 64-bit reciprocal multiply (x < 2^32, f < 2^12)."""
     n = syms.size
     nc = freq.shape[0]
-    fcum = np.zeros(nc * ALPHABET, np.int64)       # f << 32 | cum
-    rcp = np.zeros(nc * ALPHABET, np.uint64)       # ceil(2^64 / f); 0 for f == 1
+    # per class and symbol: the renormalisation threshold f << (32 - PREC), M - f, the
+    # cumulative frequency, and ceil(2^64 / f) (0 for f == 1); one row, one cache line
+    tab = np.zeros((nc * ALPHABET, 4), np.int64)
     for c in range(nc):
         acc = 0
         for s in range(ALPHABET):
             f = freq[c, s]
-            fcum[c * ALPHABET + s] = (f << 32) | acc
+            j = c * ALPHABET + s
+            tab[j, 0] = f << (32 - PREC)
+            tab[j, 1] = M - f
+            tab[j, 2] = acc
             if f > 1:
                 # ceil(2^64 / f) = floor((2^64 - 1) / f) + 1 for f not a power of two
                 q = np.uint64(0xFFFFFFFFFFFFFFFF) // np.uint64(f)
-                rcp[c * ALPHABET + s] = q + np.uint64(1)
+                tab[j, 3] = np.int64(q + np.uint64(1))
             acc += f
     buf = np.empty(n + 8, np.uint16)
     pos = buf.size
@@ -263,12 +298,20 @@ def rans_encode(syms, cls, freq):
     x1 = np.int64(RANS_L)
     i = n - 1
     if i >= 0 and (i & 1) == 0:          # the last symbol is even: it goes with x0
-        x0, pos = _rans_put(x0, np.int64(cls[i]) * ALPHABET + syms[i], fcum, rcp, buf, pos)
+        j = np.uint64(np.int64(cls[i]) * ALPHABET + syms[i])
+        x0, w, big = _rans_put(x0, tab[j, 0], tab[j, 1], tab[j, 2], tab[j, 3])
+        buf[np.uint64(pos - 1)] = w
+        pos -= 1 if big else 0
         i -= 1
     while i >= 1:                        # (odd, even) pairs from the end
-        x1, pos = _rans_put(x1, np.int64(cls[i]) * ALPHABET + syms[i], fcum, rcp, buf, pos)
-        x0, pos = _rans_put(x0, np.int64(cls[i - 1]) * ALPHABET + syms[i - 1], fcum, rcp,
-                            buf, pos)
+        j1 = np.uint64(np.int64(cls[i]) * ALPHABET + syms[i])
+        j0 = np.uint64(np.int64(cls[i - 1]) * ALPHABET + syms[i - 1])
+        x1, w, big = _rans_put(x1, tab[j1, 0], tab[j1, 1], tab[j1, 2], tab[j1, 3])
+        buf[np.uint64(pos - 1)] = w
+        pos -= 1 if big else 0
+        x0, w, big = _rans_put(x0, tab[j0, 0], tab[j0, 1], tab[j0, 2], tab[j0, 3])
+        buf[np.uint64(pos - 1)] = w
+        pos -= 1 if big else 0
         i -= 2
     pos -= 4
     buf[pos] = (x0 >> 16) & 0xFFFF
@@ -279,17 +322,18 @@ def rans_encode(syms, cls, freq):
 
 
 @inline
-def _rans_put(x, j, fcum, rcp, buf, pos):
-    fc = fcum[np.uint64(j)]
-    f = fc >> 32
-    # renormalise: emit the low 16 bits while x >= f << (32 - PREC) (at most once)
-    big = x >= (f << (32 - PREC))
-    buf[np.uint64(pos - 1)] = x & 0xFFFF
-    pos -= 1 if big else 0
+def _rans_put(x, thr, mf, cum, r):
+    """Encode a symbol into state x (scalars only: an array passed to an inlined helper
+    costs reference-count updates). Returns (state, the low 16 bits of the state before,
+    whether they are emitted): renormalise while x >= thr = f << (32 - PREC) (at most
+    once), then x = M * (x // f) + x % f + cum, written x + (x // f) * (M - f) + cum, one
+    multiplication fewer after the quotient (x // f = the high half of x * r; x itself
+    for f == 1, whose r is 0)."""
+    big = x >= thr
+    w = x & 0xFFFF
     x = (x >> 16) if big else x
-    r = rcp[np.uint64(j)]
-    q = np.int64(mulhi(np.uint64(x), r)) if f > 1 else x
-    return (q << PREC) + (x - q * f) + (fc & 0xFFFFFFFF), pos
+    q = np.int64(mulhi(np.uint64(x), np.uint64(r))) if mf != M - 1 else x
+    return x + q * mf + cum, w, big
 
 
 @jit
@@ -309,8 +353,7 @@ def decoder_tables(freq):
                 ok = False
                 break
             fc[c * ALPHABET + s] = (f << 32) | acc
-            for j in range(acc, acc + f):
-                lut[c * M + j] = s
+            lut[c * M + acc:c * M + acc + f] = s      # a memset
             acc += f
         if acc != M:
             ok = False
@@ -318,10 +361,11 @@ def decoder_tables(freq):
 
 
 @jit
-def estimate_bits(codes, ctx, n_ctx, groups, outl_flag, use_flag, outl_bits):
-    """Estimated length in bits of coding ``codes`` under ``ctx``: the empirical entropy
-    of each class's symbols, its raw low bits, escapes, outliers and the tables."""
-    cnt, zsum, zcnt, _ = ctx_stats(codes, ctx, n_ctx, outl_flag, use_flag)
+def estimate_bits(codes, ctx, n_ctx, groups, outl_flag, use_flag, outl_bits, cnt, zsum,
+                  zcnt):
+    """Estimated length in bits of coding ``codes`` under ``ctx`` (whose ``ctx_stats``
+    are ``cnt``, ``zsum``, ``zcnt``): the empirical entropy of each class's symbols, its
+    raw low bits, escapes, outliers and the tables."""
     cmap, n_class = class_map(cnt, groups)
     kb = choose_kb(zsum, zcnt, cmap, n_class)
     counts = np.zeros((n_class, ALPHABET), np.int64)
