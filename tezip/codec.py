@@ -622,13 +622,14 @@ def value_range(stack: Any, chunk: int = 64,
     chunk = max(1, min(chunk, (1 << 22) // max(1, math.prod(stack.shape[1:]))))
     for t0 in range(0, stack.shape[0], chunk):
         x = stack.read(t0, min(stack.shape[0], t0 + chunk))
-        if x.dtype.kind == "f":
-            finite = np.isfinite(x)
-            if not finite.all():
-                x = x[finite]
-            del finite
         if x.size:
-            lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
+            a, b = float(x.min()), float(x.max())
+            if x.dtype.kind == "f" and not (math.isfinite(a) and math.isfinite(b)):
+                # a NaN makes both NaN and an infinity shows as one: only then, a pass to
+                # drop the values that are not finite (two passes instead of four)
+                x = x[np.isfinite(x)]
+                a, b = (float(x.min()), float(x.max())) if x.size else (lo, hi)
+            lo, hi = min(lo, a), max(hi, b)
         if progress:
             progress(0)
     return (lo, hi) if lo <= hi else (0.0, 0.0)

@@ -1,0 +1,152 @@
+"""The compiled entropy coder against plain-Python references: the same statistics, the
+same bit stream, the same rANS words (the kernels are written for speed; these say what
+they compute)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tezip import entropy
+from tezip.kernels import entropy as K
+from tezip.kernels.consts import ALPHABET, ESC, FLAG, KMAX, OUT, PREC, RANS_L, M
+
+
+def _codes(rng: np.random.Generator, n: int, scale: float, outliers: float) -> np.ndarray:
+    k = np.round(rng.standard_normal(n) * scale).clip(-KMAX, KMAX).astype(np.int32)
+    k[rng.random(n) < outliers] = FLAG
+    return k
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_value_statistics_summed_as_integers_are_the_float_sums(seed):
+    rng = np.random.default_rng(seed)
+    n_ctx = 48
+    for scale in (0.3, 4.0, 300.0, 1e6, float(KMAX)):
+        codes = _codes(rng, int(rng.integers(1, 20000)), scale, 0.02)
+        ctx = rng.integers(0, n_ctx, codes.size).astype(np.uint8)
+        for use_flag in (True, False):
+            want = K.ctx_stats(codes, ctx, n_ctx, FLAG, use_flag)
+            got = K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, use_flag)
+            for w, g in zip(want, got, strict=True):
+                np.testing.assert_array_equal(g, w)
+
+
+def test_statistics_of_wide_residuals_stay_float_sums():
+    """Bit-exact residuals (int64) reach 2^64 as zigzag codes: not summed as integers."""
+    rng = np.random.default_rng(1)
+    codes = rng.integers(-2**63, 2**63 - 1, 5000, dtype=np.int64)
+    ctx = rng.integers(0, 8, codes.size).astype(np.uint8)
+    cnt, zsum, zcnt, _ = entropy._ctx_stats(codes, ctx, 8, False)
+    z = ((codes.astype(np.int64) << 1) ^ (codes >> 63)).view(np.uint64).astype(np.float64)
+    for c in range(8):
+        assert zsum[c] == pytest.approx(z[ctx == c].sum(), rel=1e-12)
+        assert cnt[c] == zcnt[c] == np.count_nonzero(ctx == c)
+
+
+def _reference_symbolize(codes, ctx, cmap, kb):
+    """Per code: symbol, class; the bit stream as a Python int (escapes: 6-bit length,
+    then the bits; then the class's low bits; least significant bit first)."""
+    syms, cls, bits, nbits = [], [], 0, 0
+
+    def put(v: int, n: int) -> None:
+        nonlocal bits, nbits
+        bits |= v << nbits
+        nbits += n
+
+    for k, cx in zip(codes.tolist(), ctx.tolist(), strict=True):
+        c = int(cmap[cx])
+        cls.append(c)
+        if k == FLAG:
+            syms.append(OUT)
+            continue
+        z = 2 * k if k >= 0 else -2 * k - 1
+        hi = z >> int(kb[c])
+        if hi < ESC:
+            syms.append(hi)
+        else:
+            syms.append(ESC)
+            e = hi - ESC
+            put(e.bit_length(), 6)
+            put(e, e.bit_length())
+        put(z & ((1 << int(kb[c])) - 1), int(kb[c]))
+    return syms, cls, bits, nbits
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_symbols_and_bit_stream_are_the_reference_ones(seed):
+    rng = np.random.default_rng(seed)
+    n_ctx = 30
+    codes = np.concatenate([_codes(rng, 3000, s, 0.03) for s in (0.5, 40.0, 1e5, 1e9)])
+    rng.shuffle(codes)
+    ctx = rng.integers(0, n_ctx, codes.size).astype(np.uint8)
+    cnt, zsum, zcnt, blen = K.ctx_stats(codes, ctx, n_ctx, FLAG, True)
+    cmap, n_class = K.class_map(cnt, np.array([10, 20], np.int64))
+    kb = K.choose_kb(zsum, zcnt, cmap, n_class)
+    kb[0] = 0                       # a class without low bits: every code escapes or not
+    syms, cls, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class,
+                                                 K.stream_bytes(blen, cmap, kb))
+    rsyms, rcls, bits, nbits = _reference_symbolize(codes, ctx, cmap, kb)
+    assert syms.tolist() == rsyms and cls.tolist() == rcls
+    assert nbytes == (nbits + 7) // 8
+    assert low.view(np.uint8)[:nbytes].tobytes() == bits.to_bytes(nbytes, "little")
+    want = np.zeros((n_class, ALPHABET), np.int64)
+    np.add.at(want, (np.array(rcls), np.array(rsyms)), 1)
+    np.testing.assert_array_equal(counts, want)
+
+
+def _reference_rans(syms, cls, freq) -> list[int]:
+    """Two interleaved states, 16-bit words, the textbook update."""
+    cum = np.concatenate([np.zeros((freq.shape[0], 1), np.int64), np.cumsum(freq, 1)], 1)
+    x = [RANS_L, RANS_L]
+    out: list[int] = []
+    for i in range(len(syms) - 1, -1, -1):
+        s, c, lane = int(syms[i]), int(cls[i]), i & 1
+        f = int(freq[c, s])
+        if x[lane] >= f << (32 - PREC):
+            out.append(x[lane] & 0xFFFF)
+            x[lane] >>= 16
+        x[lane] = (x[lane] // f) * M + x[lane] % f + int(cum[c, s])
+    head = [x[0] >> 16, x[0] & 0xFFFF, x[1] >> 16, x[1] & 0xFFFF]
+    return head + out[::-1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rans_words_are_the_textbook_ones(seed):
+    rng = np.random.default_rng(seed)
+    n_class = 5
+    counts = np.zeros((n_class, ALPHABET), np.int64)
+    counts[0, 7] = 1                                   # one symbol: frequency M
+    counts[1, :3] = [5000, 1, 1]                       # frequencies of 1
+    counts[2, :200] = rng.integers(1, 50, 200)         # a flat one
+    counts[3, :20] = (1000 * 0.6 ** np.arange(20)).astype(np.int64) + 1
+    counts[4, [0, 254, 255]] = [30, 2, 1]              # escapes and outliers
+    freq = K.normalize(counts)
+    assert freq[0, 7] == M and (freq[1, 1:3] == 1).all()
+    n = int(rng.integers(1, 4000)) | int(seed & 1)     # odd and even lengths
+    cls = rng.integers(0, n_class, n).astype(np.uint8)
+    p = freq[cls] / M
+    syms = (rng.random(n)[:, None] < np.cumsum(p, 1)).argmax(1).astype(np.uint8)
+    assert K.rans_encode(syms, cls, freq).tolist() == _reference_rans(syms, cls, freq)
+
+
+def test_model_level_follows_its_share_of_the_window(monkeypatch):
+    """zstd level 9 for a model that is a large share of a small window, 3 otherwise; the
+    same model either way."""
+    rng = np.random.default_rng(3)
+    freq = np.zeros((20, ALPHABET), np.int64)
+    freq[:, :40] = rng.integers(1, 200, (20, 40))
+    freq = K.normalize(freq)
+    kb = np.zeros(20, np.int64)
+    cmap = np.arange(20).repeat(6).astype(np.uint8)
+    levels = []
+    real = entropy.zstd
+    monkeypatch.setattr(entropy, "zstd", lambda data, level=3: levels.append(level)
+                        or real(data, level))
+    small = entropy._pack_model(cmap, kb, freq, streams=100)
+    large = entropy._pack_model(cmap, kb, freq, streams=10**7)
+    assert levels == [9, 3]
+    at = entropy._MODEL_HEAD.size + cmap.size
+    assert small[:at] == large[:at]
+    assert (entropy.unzstd_at_most(small[at:], 1 << 20)
+            == entropy.unzstd_at_most(large[at:], 1 << 20))
