@@ -130,22 +130,26 @@ def test_rans_words_are_the_textbook_ones(seed):
     assert K.rans_encode(syms, cls, freq).tolist() == _reference_rans(syms, cls, freq)
 
 
-def test_model_level_follows_its_share_of_the_window(monkeypatch):
-    """zstd level 9 for a model that is a large share of a small window, 3 otherwise; the
-    same model either way."""
+def test_model_level_follows_its_size_and_share_of_the_window(monkeypatch):
+    """zstd level 9 for a model of 2-4 KB that is a large share of a small window, 3 for
+    one in a large window; the same model either way. Up to 2 KB always level 9."""
     rng = np.random.default_rng(3)
-    freq = np.zeros((20, ALPHABET), np.int64)
-    freq[:, :40] = rng.integers(1, 200, (20, 40))
+    freq = np.zeros((30, ALPHABET), np.int64)
+    freq[:, :120] = rng.integers(1, 200, (30, 120))
     freq = K.normalize(freq)
-    kb = np.zeros(20, np.int64)
-    cmap = np.arange(20).repeat(6).astype(np.uint8)
+    kb = np.zeros(30, np.int64)
+    cmap = np.arange(30).repeat(4).astype(np.uint8)
     levels = []
     real = entropy.zstd
     monkeypatch.setattr(entropy, "zstd", lambda data, level=3: levels.append(level)
                         or real(data, level))
     small = entropy._pack_model(cmap, kb, freq, streams=100)
     large = entropy._pack_model(cmap, kb, freq, streams=10**7)
-    assert levels == [9, 3]
+    tiny = entropy._pack_model(cmap, kb, freq[:4], streams=10**7)
+    assert levels == [9, 3, 9]
+    assert len(entropy.unzstd_at_most(tiny[entropy._MODEL_HEAD.size + cmap.size:], 1 << 20)
+               ) <= entropy._MODEL_CHEAP < len(entropy.unzstd_at_most(
+                   small[entropy._MODEL_HEAD.size + cmap.size:], 1 << 20))
     at = entropy._MODEL_HEAD.size + cmap.size
     assert small[:at] == large[:at]
     assert (entropy.unzstd_at_most(small[at:], 1 << 20)

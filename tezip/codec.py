@@ -256,13 +256,20 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
     def pmap(fn: Callable[[Any], Any], items: list) -> list:
         return list(_ordered_map(fn, iter(items), min(threads, len(items))))
 
-    for name in candidates:
-        pred = predictors.get(name)
-        cfgs = pred.configs(x, quant)
-        if len(cfgs) == 1 and len(candidates) == 1:
-            return Tuning([(name, cfgs[0])])
-        for bits, cfg in pred.tune(sample, quant, sgn,
-                                   lambda c: _estimate(c, sample.itemsize), pmap):
+    if len(candidates) == 1:
+        cfgs = predictors.get(candidates[0]).configs(x, quant)
+        if len(cfgs) == 1:
+            return Tuning([(candidates[0], cfgs[0])])
+
+    def tune_one(name: str) -> list[tuple[float, dict]]:
+        return predictors.get(name).tune(sample, quant, sgn,
+                                         lambda c: _estimate(c, sample.itemsize), pmap)
+
+    # the predictors side by side (the single-configuration ones run while the
+    # interpolation tries its settings one after another), their trials in candidate
+    # order: the same ranking whatever the thread count
+    for name, tried in zip(candidates, pmap(tune_one, list(candidates)), strict=True):
+        for bits, cfg in tried:
             trials.append((bits, len(trials), name, cfg))
     trials.sort(key=lambda t: t[:2])
     finalists: list[tuple[str, dict]] = []

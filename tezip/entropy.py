@@ -22,13 +22,15 @@ from .kernels.consts import ALPHABET, FLAG, RANS_L, M
 from .kernels.core import words64
 
 _MODEL_HEAD = struct.Struct("<HB")
-_MODEL_SMALL = 4096       # zstd level 9 for the model (else 3) up to this many bytes, and
-_MODEL_SHARE = 16         # where it is at least 1/16 of the window's streams: level 9 makes
-#                           a model 3-4% smaller than 3 but cost 70-400 us a window with the
-#                           encoder's caches cold (0.2-0.6 ns a value, up to 3% of encoding),
-#                           worth it only where the model is a large share of a small window
-#                           (a 3 KB file was 0.7% larger with 3); on the shared stacks it
-#                           saved under 0.1% of the file
+# zstd level of the entropy model: level 9 makes it 5-14% smaller than level 3, for a
+# few us more up to 2 KB (raw), but 120-300 us more at 4-10 KB with the encoder's caches
+# cold (up to 3% of encoding, for under 0.1% of the shared stacks' files). So level 9 up
+# to _MODEL_CHEAP bytes, and up to _MODEL_SMALL where the model is at least
+# 1/_MODEL_SHARE of its window's streams (small windows: a 3 KB file was 0.7% larger with
+# level 3); level 3 otherwise
+_MODEL_CHEAP = 2048
+_MODEL_SMALL = 4096
+_MODEL_SHARE = 16
 
 
 _LOCAL = threading.local()   # per thread: zstd contexts are not thread-safe
@@ -134,8 +136,9 @@ def _pack_model(cmap: np.ndarray, kb: np.ndarray, freq: np.ndarray, streams: int
     rows = freq[np.arange(freq.shape[1]) < nsym[:, None]]
     raw = b"".join([kb.astype(np.uint8).tobytes(), K.varint_encode(nsym).tobytes(),
                     K.varint_encode(rows).tobytes()])
-    small = len(raw) <= _MODEL_SMALL and _MODEL_SHARE * len(raw) >= streams
-    return head + zstd(raw, 9 if small else 3)
+    best = len(raw) <= _MODEL_CHEAP or (len(raw) <= _MODEL_SMALL
+                                        and _MODEL_SHARE * len(raw) >= streams)
+    return head + zstd(raw, 9 if best else 3)
 
 
 @dataclass

@@ -106,9 +106,12 @@ def ctx_stats(codes, ctx, n_ctx, outl_flag, use_flag):
 @jit
 def ctx_stats_narrow(codes, ctx, n_ctx, outl_flag, use_flag):
     """``ctx_stats`` of int32 codes (value predictors: |code| <= KMAX, zigzag codes below
-    2^32): the sums as integers, which cannot overflow and are the same sums (an integer
-    addition is quicker to wait on than a float one), and an outlier counted in a 66th
-    bin of the histogram instead of a branch of its own (1.5 -> 1.0-1.1 ns per code)."""
+    2^32): the sums as integers, which cannot overflow (an integer addition is quicker
+    to wait on than a float one), and an outlier counted in a 66th bin of the histogram
+    instead of a branch of its own (1.5 -> 1.0-1.1 ns per code). The sums are exact; the
+    float ones are the same while each of their four partial sums stays below 2^53 (past
+    that, as with 2^25 codes near KMAX in one context, the low bits chosen for a class may
+    differ by one: either coding is valid)."""
     zs = np.zeros((4, n_ctx), np.int64)
     bl = np.zeros((4, n_ctx, 66), np.int64)
     for i in range(codes.size):
