@@ -256,20 +256,13 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
     def pmap(fn: Callable[[Any], Any], items: list) -> list:
         return list(_ordered_map(fn, iter(items), min(threads, len(items))))
 
-    if len(candidates) == 1:
-        cfgs = predictors.get(candidates[0]).configs(x, quant)
-        if len(cfgs) == 1:
-            return Tuning([(candidates[0], cfgs[0])])
-
-    def tune_one(name: str) -> list[tuple[float, dict]]:
-        return predictors.get(name).tune(sample, quant, sgn,
-                                         lambda c: _estimate(c, sample.itemsize), pmap)
-
-    # the predictors side by side (the single-configuration ones run while the
-    # interpolation tries its settings one after another), their trials in candidate
-    # order: the same ranking whatever the thread count
-    for name, tried in zip(candidates, pmap(tune_one, list(candidates)), strict=True):
-        for bits, cfg in tried:
+    for name in candidates:
+        pred = predictors.get(name)
+        cfgs = pred.configs(x, quant)
+        if len(cfgs) == 1 and len(candidates) == 1:
+            return Tuning([(name, cfgs[0])])
+        for bits, cfg in pred.tune(sample, quant, sgn,
+                                   lambda c: _estimate(c, sample.itemsize), pmap):
             trials.append((bits, len(trials), name, cfg))
     trials.sort(key=lambda t: t[:2])
     finalists: list[tuple[str, dict]] = []
@@ -727,25 +720,59 @@ def build_header(stack: Any, options: Options, qp: QuantParams, vrange: tuple[fl
     }
 
 
+# Worker threads, kept for the life of the process, one pool per thread count: a pool made
+# and joined for every call cost 0.3 ms, as much as the tuning's six sample trials it ran
+_POOLS: dict[int, cf.ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+_IN_POOL = threading.local()
+
+
+def _mark_worker() -> None:
+    _IN_POOL.worker = True
+
+
+def _pool(threads: int) -> cf.ThreadPoolExecutor:
+    with _POOLS_LOCK:
+        pool = _POOLS.get(threads)
+        if pool is None:
+            pool = _POOLS[threads] = cf.ThreadPoolExecutor(
+                threads, thread_name_prefix="tezip", initializer=_mark_worker)
+        return pool
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's worker threads do not exist there."""
+    global _POOLS_LOCK
+    _POOLS_LOCK = threading.Lock()
+    _POOLS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
+
+
 def _ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], threads: int) -> Iterator[Any]:
     """``map(fn, items)`` in order, with up to ``threads`` calls under way (and at most
-    2 x threads items read ahead, so memory stays bounded)."""
-    if threads <= 1:
+    2 x threads items read ahead, so memory stays bounded). In a worker thread of these
+    pools, one call after another (a task that waited on tasks of its own pool could wait
+    forever). When it ends, early or not, no call of its is still running."""
+    if threads <= 1 or getattr(_IN_POOL, "worker", False):
         for item in items:
             yield fn(item)
         return
-    with cf.ThreadPoolExecutor(threads, thread_name_prefix="tezip") as pool:
-        pending: deque[cf.Future] = deque()
-        try:
-            for item in items:
-                pending.append(pool.submit(fn, item))
-                while len(pending) >= 2 * threads:
-                    yield pending.popleft().result()
-            while pending:
+    pool = _pool(threads)
+    pending: deque[cf.Future] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            while len(pending) >= 2 * threads:
                 yield pending.popleft().result()
-        finally:
-            for f in pending:
-                f.cancel()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
+        cf.wait(pending)
 
 
 def _tune_on(head: np.ndarray, qp: QuantParams, classical: tuple[str, ...],
