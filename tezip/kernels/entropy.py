@@ -70,6 +70,26 @@ def choose_kb(zsum, zcnt, cmap, n_class):
 
 
 @jit
+def _fold_stats(bl, zs, outl):
+    """The four tables of ``ctx_stats`` (bit-length histograms, zigzag sums, outlier
+    counts; by position mod 4) folded into (count, zigzag sum, zigzag count, bit-length
+    histogram of 65 bins) per context."""
+    n_ctx = bl.shape[1]
+    blen = bl[0, :, :65] + bl[1, :, :65] + bl[2, :, :65] + bl[3, :, :65]
+    cnt = np.zeros(n_ctx, np.int64)
+    zsum = np.zeros(n_ctx, np.float64)
+    zcnt = np.zeros(n_ctx, np.float64)
+    for c in range(n_ctx):
+        m = 0
+        for j in range(65):
+            m += blen[c, j]
+        zcnt[c] = np.float64(m)
+        cnt[c] = m + outl[0, c] + outl[1, c] + outl[2, c] + outl[3, c]
+        zsum[c] = np.float64((zs[0, c] + zs[1, c]) + (zs[2, c] + zs[3, c]))
+    return cnt, zsum, zcnt, blen
+
+
+@jit
 def ctx_stats(codes, ctx, n_ctx, outl_flag, use_flag):
     """Per context: number of codes, sum and number of zigzag codes, and the histogram
     of their bit lengths (outliers, the codes equal to ``outl_flag`` when ``use_flag``,
@@ -89,18 +109,7 @@ def ctx_stats(codes, ctx, n_ctx, outl_flag, use_flag):
             z = np.uint64((k << 1) ^ (k >> 63))
             zs[h, c] += np.float64(z)
             bl[h, c, bit_length(z)] += 1
-    blen = bl[0] + bl[1] + bl[2] + bl[3]
-    cnt = np.zeros(n_ctx, np.int64)
-    zsum = np.zeros(n_ctx, np.float64)
-    zcnt = np.zeros(n_ctx, np.float64)
-    for c in range(n_ctx):
-        m = 0
-        for j in range(65):
-            m += blen[c, j]
-        zcnt[c] = np.float64(m)
-        cnt[c] = m + outl[0, c] + outl[1, c] + outl[2, c] + outl[3, c]
-        zsum[c] = (zs[0, c] + zs[1, c]) + (zs[2, c] + zs[3, c])
-    return cnt, zsum, zcnt, blen
+    return _fold_stats(bl, zs, outl)
 
 
 @jit
@@ -123,18 +132,7 @@ def ctx_stats_narrow(codes, ctx, n_ctx, outl_flag, use_flag):
         b = 65 if o else bit_length(z)
         zs[h, c] += 0 if o else np.int64(z)
         bl[h, c, b] += 1
-    blen = bl[0] + bl[1] + bl[2] + bl[3]
-    cnt = np.zeros(n_ctx, np.int64)
-    zsum = np.zeros(n_ctx, np.float64)
-    zcnt = np.zeros(n_ctx, np.float64)
-    for c in range(n_ctx):
-        m = 0
-        for j in range(65):
-            m += blen[c, j]
-        zcnt[c] = np.float64(m)
-        cnt[c] = m + blen[c, 65]
-        zsum[c] = np.float64((zs[0, c] + zs[1, c]) + (zs[2, c] + zs[3, c]))
-    return cnt, zsum, zcnt, blen[:, :65].copy()
+    return _fold_stats(bl, zs, bl[:, :, 65])
 
 
 @jit
