@@ -327,6 +327,20 @@ def bits_at(a, b, bpos, n):
     return v & ((np.uint64(1) << np.uint64(n)) - np.uint64(1)), bpos + n
 
 
+@inline
+def dense_low(kbs):
+    """Whether the decoders read every code's low bits without a branch on its class's
+    count: where at least half the classes have low bits, the classes of successive
+    codes alternate between none and some often enough (12-18% of codes on iris at
+    1e-4) that the branch mispredicts more than the read of zero bits costs; where few
+    have any (fewer than a quarter on the shared stacks at 1e-3), the branch predicts
+    well and is the cheaper."""
+    m = 0
+    for c in range(kbs.size):
+        m += kbs[c] > 0
+    return 2 * m >= kbs.size
+
+
 @jit
 def escape_high(lw, bpos):
     """An escaped high part: 6-bit length, then that many bits (a real call: rare)."""

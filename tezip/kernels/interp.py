@@ -39,6 +39,7 @@ from .core import (
     M,
     bits_at,
     bucket,
+    dense_low,
     escape_high,
     finite,
     inline,
@@ -93,21 +94,39 @@ def _plan(o0, o1, o2, oi, s):
 
 @inline
 def _kind(c, n, s, sd, cubic):
-    """Taps (offsets o0..o3, weights w0..w3), variation tap ov and edge flag for a point
-    at coordinate c along an axis of size n, stride s (flat stride sd)."""
+    """Taps (offsets o0..o3, weights w0..w3), variation tap ov, edge flag and linear
+    flag for a point at coordinate c along an axis of size n, stride s (flat stride sd).
+    Linear: the taps are -sd, +sd, +sd, +sd and the weights 0, 1/2, 1/2, 0 (the runs
+    decode and encode through a loop of their own that reads the two neighbours once)."""
     if c + s < n:
         l3 = c >= 3 * s
         r3 = c + 3 * s < n
         if cubic and l3 and r3:
-            return -3 * sd, sd, 3 * sd, sd, -0.0625, 0.5625, 0.5625, -0.0625, False
+            return -3 * sd, sd, 3 * sd, sd, -0.0625, 0.5625, 0.5625, -0.0625, False, False
         if cubic and r3:
-            return -sd, sd, 3 * sd, sd, 0.0, 0.375, 0.75, -0.125, False
+            return -sd, sd, 3 * sd, sd, 0.0, 0.375, 0.75, -0.125, False, False
         if cubic and l3:
-            return -3 * sd, sd, sd, sd, -0.125, 0.75, 0.375, 0.0, False
-        return -sd, sd, sd, sd, 0.0, 0.5, 0.5, 0.0, False
+            return -3 * sd, sd, sd, sd, -0.125, 0.75, 0.375, 0.0, False, False
+        return -sd, sd, sd, sd, 0.0, 0.5, 0.5, 0.0, False, True
     if c >= 3 * s:
-        return -sd, -sd, -sd, -3 * sd, 0.0, 1.0, 0.0, 0.0, True
-    return -sd, -sd, -sd, -sd, 0.0, 1.0, 0.0, 0.0, True
+        return -sd, -sd, -sd, -3 * sd, 0.0, 1.0, 0.0, 0.0, True, False
+    return -sd, -sd, -sd, -sd, 0.0, 1.0, 0.0, 0.0, True, False
+
+
+@inline
+def _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin):
+    """Prediction and local variation of point i. ``lin`` (a constant at each call site,
+    so that each loop compiles with one branch only): the linear taps, whose weighted
+    sum is the general one term for term (the 0-weighted taps read the same two values),
+    so the same float operations in the same order: the same prediction, bit for bit,
+    from two loads instead of five."""
+    a = np.float64(rf[np.uint64(i - sd)])
+    if lin:
+        r = np.float64(rf[np.uint64(i + sd)])
+        return ((0.0 * a + 0.5 * a) + 0.5 * r) + 0.0 * r, abs(a - r)
+    p = (w0 * np.float64(rf[np.uint64(i + o0)]) + w1 * a
+         + w2 * np.float64(rf[np.uint64(i + o2)]) + w3 * np.float64(rf[np.uint64(i + o3)]))
+    return p, abs(a - np.float64(rf[np.uint64(i + ov)]))
 
 
 @inline
@@ -125,7 +144,7 @@ def _run_length(c, n, s, cubic):
 
 
 @inline
-def _enc_run(mode, otype, arrs, has_base, geo, wts, qp, n, no):
+def _enc_run(mode, otype, arrs, has_base, geo, wts, lin, qp, n, no):
     xf, bf, of, rf, sf, codes, ctx, outp = arrs
     i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
     w0, w1, w2, w3 = wts
@@ -133,10 +152,7 @@ def _enc_run(mode, otype, arrs, has_base, geo, wts, qp, n, no):
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
-        a = np.float64(rf[np.uint64(i - sd)])
-        p = (w0 * np.float64(rf[np.uint64(i + o0)]) + w1 * a
-             + w2 * np.float64(rf[np.uint64(i + o2)]) + w3 * np.float64(rf[np.uint64(i + o3)]))
-        var = abs(a - np.float64(rf[np.uint64(i + ov)]))
+        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin)
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -235,31 +251,31 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
             for t in range(st0, T, sp0):
                 for y in range(st1, H, sp1):
                     row = t * HW + y * W
-                    if d != 2:
-                        c = t if d == 0 else y
-                        q0, q2, q3, qv, w0, w1, w2, w3, edge = _kind(c, nd, s, sd, cubic)
-                        gb = (G_EDGE if edge else grp) * NB
-                        n, no = _enc_run(mode, otype, arrs, has_base,
-                                         (row + st2, cnt_x, sp2, q0, q2, q3, qv, sd, gb),
-                                         (w0, w1, w2, w3), qp, n, no)
-                    else:
-                        c = s
-                        while c < W:
-                            q0, q2, q3, qv, w0, w1, w2, w3, edge = _kind(c, W, s, sd, cubic)
-                            cnt = _run_length(c, W, s, cubic)
-                            gb = (G_EDGE if edge else grp) * NB
-                            n, no = _enc_run(mode, otype, arrs, has_base,
-                                             (row + c, cnt, 2 * s, q0, q2, q3, qv, sd, gb),
-                                             (w0, w1, w2, w3), qp, n, no)
-                            c += cnt * 2 * s
+                    c = s if d == 2 else (t if d == 0 else y)
+                    while True:
+                        q0, q2, q3, qv, w0, w1, w2, w3, edge, lin = _kind(
+                            c, W if d == 2 else nd, s, sd, cubic)
+                        cnt = _run_length(c, W, s, cubic) if d == 2 else cnt_x
+                        geo = ((row + c, cnt, 2 * s) if d == 2 else (row + st2, cnt, sp2)) + (
+                            q0, q2, q3, qv, sd, (G_EDGE if edge else grp) * NB)
+                        wts = (w0, w1, w2, w3)
+                        if lin:
+                            n, no = _enc_run(mode, otype, arrs, has_base, geo, wts, True, qp,
+                                             n, no)
+                        else:
+                            n, no = _enc_run(mode, otype, arrs, has_base, geo, wts, False, qp,
+                                             n, no)
+                        c += cnt * 2 * s
+                        if d != 2 or c >= W:
+                            break
         s //= 2
         lvl -= 1
     return n, no
 
 
 @inline
-def _dec_run(mode, otype, arrs, has_base, geo, wts, qp, state):
-    of, rf, bf, sf, cmap, kbs, lut, fc, words, lw, outv, outp = arrs
+def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
+    of, rf, bf, sf, cmap, kbs, lut, fc, words, lw, outv, outp, dense = arrs
     i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
     w0, w1, w2, w3 = wts
     step, inv, lo_, hi_ = qp
@@ -270,10 +286,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, qp, state):
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
-        a = np.float64(rf[np.uint64(i - sd)])
-        p = (w0 * np.float64(rf[np.uint64(i + o0)]) + w1 * a
-             + w2 * np.float64(rf[np.uint64(i + o2)]) + w3 * np.float64(rf[np.uint64(i + o3)]))
-        var = abs(a - np.float64(rf[np.uint64(i + ov)]))
+        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin)
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -309,7 +322,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, qp, state):
             hv, bpos = escape_high(lw, bpos)
         kb = kbs[np.uint64(c)]
         z = hv << np.uint64(kb)
-        if kb:
+        if dense or kb:     # see core.dense_low
             w = bpos >> 6
             w = w if w < nlw else nlw
             lo, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
@@ -375,7 +388,8 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
                 else:
                     of[ui] = to_out(finite(b), otype, lo, hi)
                     rf[ui] = of[ui] - b
-    arrs = (of, rf, bf, sf, cmap, kbs, lut, fc, words, lw, outv, outp)
+    arrs = (of, rf, bf, sf, cmap, kbs, lut, fc, words, lw, outv, outp,
+            dense_low(kbs))
     o0, o1, o2 = order[0], order[1], order[2]
     while s >= 1:
         step = steps[lvl]
@@ -393,25 +407,25 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
             for t in range(st0, T, sp0):
                 for y in range(st1, H, sp1):
                     row = t * HW + y * W
-                    if d != 2:
-                        c = t if d == 0 else y
-                        q0, q2, q3, qv, w0, w1, w2, w3, edge = _kind(c, nd, s, sd, cubic)
-                        gb = (G_EDGE if edge else grp) * NB
-                        x0, x1, wp, bpos, op = _dec_run(
-                            mode, otype, arrs, has_base,
-                            (row + st2, cnt_x, sp2, q0, q2, q3, qv, sd, gb), (w0, w1, w2, w3),
-                            qp, (x0, x1, wp, bpos, op))
-                    else:
-                        c = s
-                        while c < W:
-                            q0, q2, q3, qv, w0, w1, w2, w3, edge = _kind(c, W, s, sd, cubic)
-                            cnt = _run_length(c, W, s, cubic)
-                            gb = (G_EDGE if edge else grp) * NB
-                            x0, x1, wp, bpos, op = _dec_run(
-                                mode, otype, arrs, has_base,
-                                (row + c, cnt, 2 * s, q0, q2, q3, qv, sd, gb),
-                                (w0, w1, w2, w3), qp, (x0, x1, wp, bpos, op))
-                            c += cnt * 2 * s
+                    c = s if d == 2 else (t if d == 0 else y)
+                    while True:
+                        q0, q2, q3, qv, w0, w1, w2, w3, edge, lin = _kind(
+                            c, W if d == 2 else nd, s, sd, cubic)
+                        cnt = _run_length(c, W, s, cubic) if d == 2 else cnt_x
+                        geo = ((row + c, cnt, 2 * s) if d == 2 else (row + st2, cnt, sp2)) + (
+                            q0, q2, q3, qv, sd, (G_EDGE if edge else grp) * NB)
+                        wts = (w0, w1, w2, w3)
+                        if lin:
+                            x0, x1, wp, bpos, op = _dec_run(mode, otype, arrs, has_base, geo,
+                                                            wts, True, qp,
+                                                            (x0, x1, wp, bpos, op))
+                        else:
+                            x0, x1, wp, bpos, op = _dec_run(mode, otype, arrs, has_base, geo,
+                                                            wts, False, qp,
+                                                            (x0, x1, wp, bpos, op))
+                        c += cnt * 2 * s
+                        if d != 2 or c >= W:
+                            break
         s //= 2
         lvl -= 1
     st[0] = x0

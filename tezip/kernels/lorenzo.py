@@ -31,6 +31,7 @@ from .core import (
     M,
     bits_at,
     bucket,
+    dense_low,
     escape_high,
     finite,
     inline,
@@ -179,7 +180,7 @@ def encode(x, base, out, rec, sgn, act, step, e_int, eb, mode, otype, lo, hi, th
 
 @inline
 def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
-    of, rf, bf, sf, af, cmap, kbs, lut, fc, words, lw, outv, outp = arrs
+    of, rf, bf, sf, af, cmap, kbs, lut, fc, words, lw, outv, outp, dense = arrs
     step, lo, hi = qp
     x0, x1, wp, bpos, op = state
     nov = outv.size
@@ -231,7 +232,7 @@ def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
             hv, bpos = escape_high(lw, bpos)
         kb = kbs[np.uint64(c)]
         z = hv << np.uint64(kb)
-        if kb:
+        if dense or kb:     # see core.dense_low
             w = bpos >> 6
             w = w if w < nlw else nlw
             low, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
@@ -262,7 +263,8 @@ def decode(out, rec, base, sgn, act, step, mode, otype, lo, hi, three, cmap, kbs
     af = act.ravel()
     has_base = base is not None
     bf = base.ravel() if base is not None else rf
-    arrs = (of, rf, bf, sf, af, cmap, kbs, lut, fc, words, lw, outv, outp)
+    arrs = (of, rf, bf, sf, af, cmap, kbs, lut, fc, words, lw, outv, outp,
+            dense_low(kbs))
     qp = (step, lo, hi)
     x0 = st[0]
     x1 = st[1]
