@@ -154,3 +154,36 @@ def test_model_level_follows_its_size_and_share_of_the_window(monkeypatch):
     assert small[:at] == large[:at]
     assert (entropy.unzstd_at_most(small[at:], 1 << 20)
             == entropy.unzstd_at_most(large[at:], 1 << 20))
+
+
+@pytest.mark.parametrize("predictor", ["interp", "lorenzo"])
+def test_decoders_read_low_bits_both_ways(predictor):
+    """The fused decoders read every code's low bits without a branch where at least half
+    the classes have some (``core.dense_low``), and only for those classes elsewhere: a
+    fine and a coarse bound on the same stack take one way each, and both decode to the
+    encoder's reconstruction (checked by the window's checksum) within the bound."""
+    import tezip
+    from tezip import payload
+    from tezip.codec import TezFile
+    from tezip.kernels import interp, lorenzo
+    from tezip.kernels.core import dense_low
+
+    rng = np.random.default_rng(3)
+    t, h, w = 6, 40, 44
+    yy, xx = np.mgrid[:h, :w]
+    x = np.stack([np.sin(0.2 * xx + 0.1 * k) * np.cos(0.15 * yy) for k in range(t)])
+    x = (x + 0.05 * rng.standard_normal(x.shape)).astype(np.float32)
+    seen = set()
+    for bound in (1e-2, 1e-6):
+        blob = tezip.compress(x, mode="rel", bound=bound, predictor=predictor, threads=1)
+        f = TezFile(blob)
+        limits = {"low": 1 << 30, "outliers": 1 << 30, "masks": 1 << 30, "planes": 1 << 30}
+        for i in range(f.n_windows):
+            p = payload.unpack(f._payload(i), limits)
+            n_ctx = interp.N_CTX if predictor == "interp" else lorenzo.N_CTX
+            tb = entropy.tables(entropy.Streams(p.sections["model"], p.sections["words"],
+                                                p.sections["low"]), n_ctx)
+            seen.add(bool(dense_low(tb.kbs)))
+        y = tezip.decompress(blob, threads=1)
+        assert np.abs(y.astype(np.float64) - x).max() <= bound * float(np.ptp(x))
+    assert seen == {True, False}
