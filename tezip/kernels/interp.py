@@ -114,6 +114,18 @@ def _kind(c, n, s, sd, cubic):
 
 
 @inline
+def _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x, cubic, grp):
+    """The run of points that starts at coordinate c (along axis d, row ``row``) of a
+    pass: (start, count, flat step, taps, variation tap, stride, context group base),
+    weights, and whether it is linear (see ``_kind``)."""
+    q0, q2, q3, qv, w0, w1, w2, w3, edge, lin = _kind(c, W if d == 2 else nd, s, sd, cubic)
+    cnt = _run_length(c, W, s, cubic) if d == 2 else cnt_x
+    geo = ((row + c, cnt, 2 * s) if d == 2 else (row + st2, cnt, sp2)) + (
+        q0, q2, q3, qv, sd, (G_EDGE if edge else grp) * NB)
+    return geo, (w0, w1, w2, w3), lin
+
+
+@inline
 def _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin):
     """Prediction and local variation of point i. ``lin`` (a constant at each call site,
     so that each loop compiles with one branch only): the linear taps, whose weighted
@@ -253,19 +265,15 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
                     row = t * HW + y * W
                     c = s if d == 2 else (t if d == 0 else y)
                     while True:
-                        q0, q2, q3, qv, w0, w1, w2, w3, edge, lin = _kind(
-                            c, W if d == 2 else nd, s, sd, cubic)
-                        cnt = _run_length(c, W, s, cubic) if d == 2 else cnt_x
-                        geo = ((row + c, cnt, 2 * s) if d == 2 else (row + st2, cnt, sp2)) + (
-                            q0, q2, q3, qv, sd, (G_EDGE if edge else grp) * NB)
-                        wts = (w0, w1, w2, w3)
+                        geo, wts, lin = _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x,
+                                             cubic, grp)
                         if lin:
                             n, no = _enc_run(mode, otype, arrs, has_base, geo, wts, True, qp,
                                              n, no)
                         else:
                             n, no = _enc_run(mode, otype, arrs, has_base, geo, wts, False, qp,
                                              n, no)
-                        c += cnt * 2 * s
+                        c += geo[1] * 2 * s
                         if d != 2 or c >= W:
                             break
         s //= 2
@@ -409,12 +417,8 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
                     row = t * HW + y * W
                     c = s if d == 2 else (t if d == 0 else y)
                     while True:
-                        q0, q2, q3, qv, w0, w1, w2, w3, edge, lin = _kind(
-                            c, W if d == 2 else nd, s, sd, cubic)
-                        cnt = _run_length(c, W, s, cubic) if d == 2 else cnt_x
-                        geo = ((row + c, cnt, 2 * s) if d == 2 else (row + st2, cnt, sp2)) + (
-                            q0, q2, q3, qv, sd, (G_EDGE if edge else grp) * NB)
-                        wts = (w0, w1, w2, w3)
+                        geo, wts, lin = _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x,
+                                             cubic, grp)
                         if lin:
                             x0, x1, wp, bpos, op = _dec_run(mode, otype, arrs, has_base, geo,
                                                             wts, True, qp,
@@ -423,7 +427,7 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
                             x0, x1, wp, bpos, op = _dec_run(mode, otype, arrs, has_base, geo,
                                                             wts, False, qp,
                                                             (x0, x1, wp, bpos, op))
-                        c += cnt * 2 * s
+                        c += geo[1] * 2 * s
                         if d != 2 or c >= W:
                             break
         s //= 2
