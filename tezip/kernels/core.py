@@ -8,7 +8,9 @@ run-time branches on them."""
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import threading
 
 import numba
@@ -19,9 +21,37 @@ from numba.core import types
 from numba.extending import intrinsic
 
 
+def sources_stamp(folder: str) -> bytes:
+    """A digest of every module in ``folder`` (b"" where they cannot be read)."""
+    h = hashlib.sha256()
+    try:
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+    except OSError:
+        return b""
+    return h.digest()
+
+
+# numba's disk cache knows a kernel is stale when the file that defines it changes, but
+# not when a helper it inlined from another file does (this module's above all): a
+# kernel would load from the cache with the old helper compiled in. Each kernel's cache
+# entry is stamped with every kernel module's source as well.
+KERNELS_STAMP = sources_stamp(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _stamped(dispatcher):
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if cache_file is not None and hasattr(cache_file, "_source_stamp"):
+        cache_file._source_stamp = (cache_file._source_stamp, KERNELS_STAMP)
+    return dispatcher
+
+
 def jit(fn):
-    """Compile ``fn`` once per signature, cached on disk, without the GIL."""
-    return numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
+    """Compile ``fn`` once per signature, cached on disk (stamped with all the kernels'
+    sources), without the GIL."""
+    return _stamped(numba.njit(cache=True, nogil=True, error_model="numpy")(fn))
 
 
 _ENTRY: dict = {}
@@ -89,7 +119,7 @@ def _slow_compile_timer() -> threading.Timer | None:
 def inline(fn):
     """A helper inlined into its callers (numba IR inlining; scalar arguments only where
     it sits in a hot loop)."""
-    return numba.njit(cache=True, inline="always", error_model="numpy")(fn)
+    return _stamped(numba.njit(cache=True, inline="always", error_model="numpy")(fn))
 
 
 @intrinsic

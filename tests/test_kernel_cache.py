@@ -1,0 +1,61 @@
+"""numba's disk cache stamps a kernel with the file that defines it only; a kernel
+inlines helpers from other kernel modules (``kernels/core.py`` above all), so an edit
+there must make every kernel compile again, not load with the old helper inside."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import tezip
+from tezip.kernels import bits, core, entropy, interp, lorenzo, nn, sample
+
+PROBE = (
+    "import numpy as np\n"
+    "from tezip.kernels import entropy as K\n"
+    "K.varint_encode(np.arange(5, dtype=np.int64))\n"
+    "s = K.varint_encode.stats\n"
+    "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n"
+)
+
+
+def test_every_kernel_cache_entry_carries_the_stamp_of_all_kernel_sources():
+    kernels = [f for m in (bits, core, entropy, interp, lorenzo, nn, sample)
+               for f in vars(m).values() if hasattr(f, "_cache") and hasattr(f, "py_func")]
+    assert len(kernels) > 20
+    for k in kernels:
+        stamp = k._cache._cache_file._source_stamp
+        assert isinstance(stamp, tuple) and stamp[1] == core.KERNELS_STAMP, k
+
+
+def test_the_stamp_changes_with_any_kernel_module(tmp_path):
+    src = Path(core.__file__).parent
+    for f in src.glob("*.py"):
+        shutil.copy(f, tmp_path / f.name)
+    before = core.sources_stamp(str(tmp_path))
+    assert before == core.KERNELS_STAMP
+    with open(tmp_path / "core.py", "a") as f:
+        f.write("# an edit\n")
+    assert core.sources_stamp(str(tmp_path)) != before
+
+
+def test_an_edit_to_core_alone_recompiles_a_cached_kernel_of_another_module(tmp_path):
+    pkg = tmp_path / "tree"
+    shutil.copytree(Path(tezip.__file__).parent, pkg / "tezip",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(pkg)}
+    env.pop("NUMBA_CACHE_DIR", None)
+
+    def probe() -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, check=True).stdout.split()
+        return int(out[0]), int(out[1])
+
+    assert probe() == (0, 1)            # compiled, written to the tree's cache
+    assert probe() == (1, 0)            # loaded from it
+    with open(pkg / "tezip" / "kernels" / "core.py", "a") as f:
+        f.write("# an edit to a helper's module\n")
+    assert probe() == (0, 1)            # stale: compiled again
