@@ -37,9 +37,27 @@ def test_the_stamp_changes_with_any_kernel_module(tmp_path):
         shutil.copy(f, tmp_path / f.name)
     before = core.sources_stamp(str(tmp_path))
     assert before == core.KERNELS_STAMP
+    # an editor's lock file (Emacs: a broken link) and a directory named like a module
+    # are not modules: they change nothing, and hide no edit
+    os.symlink("user@host.1234:1700000000", tmp_path / ".#core.py")
+    (tmp_path / "old.py").mkdir()
+    assert core.sources_stamp(str(tmp_path)) == before
     with open(tmp_path / "core.py", "a") as f:
         f.write("# an edit\n")
     assert core.sources_stamp(str(tmp_path)) != before
+
+
+def test_a_module_that_cannot_be_read_makes_every_kernel_compile(tmp_path, monkeypatch):
+    (tmp_path / "core.py").write_text("x = 1\n")
+    real_open = open
+
+    def refuse(path, *args, **kwargs):
+        if str(path).endswith("core.py"):
+            raise PermissionError(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refuse)
+    assert core.sources_stamp(str(tmp_path)) != core.sources_stamp(str(tmp_path))
 
 
 def test_an_edit_to_core_alone_recompiles_a_cached_kernel_of_another_module(tmp_path):

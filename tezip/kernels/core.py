@@ -22,15 +22,19 @@ from numba.extending import intrinsic
 
 
 def sources_stamp(folder: str) -> bytes:
-    """A digest of every module in ``folder`` (b"" where they cannot be read)."""
+    """A digest of every module in ``folder``: the regular files named ``*.py`` (an
+    editor's lock file, such as Emacs's broken link ``.#core.py``, is not one). Where
+    one cannot be read, a random digest: every kernel then compiles again rather than
+    load what an unread edit may have made stale."""
     h = hashlib.sha256()
     try:
         for name in sorted(os.listdir(folder)):
-            if name.endswith(".py"):
-                with open(os.path.join(folder, name), "rb") as f:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and os.path.isfile(path):
+                with open(path, "rb") as f:
                     h.update(name.encode() + b"\0" + f.read())
     except OSError:
-        return b""
+        return os.urandom(32)
     return h.digest()
 
 
