@@ -187,3 +187,37 @@ def test_decoders_read_low_bits_both_ways(predictor):
         y = tezip.decompress(blob, threads=1)
         assert np.abs(y.astype(np.float64) - x).max() <= bound * float(np.ptp(x))
     assert seen == {True, False}
+
+
+def test_context_buckets_are_the_half_octaves_of_the_definition():
+    """``bucket`` (float clamps, then the bits) against its definition: 1 + 2 floor(log2
+    16 r) + (upper half of the octave), clamped to [0, NB - 1], NaN and infinity in the
+    top bucket; on every kind of non-negative double (random bit patterns: subnormals,
+    NaNs with payloads) and on both sides of every bucket edge."""
+    import numba
+
+    from tezip.kernels.core import NB, bucket
+
+    @numba.njit
+    def buckets(a):
+        got = np.empty(a.size, np.int64)
+        for i in range(a.size):
+            got[i] = bucket(a[i])
+        return got
+
+    def definition(r):
+        m, e = np.frexp(r)                  # 16 r = m 2^(e + 4), m in [0.5, 1)
+        b = np.minimum(2 * (e.astype(np.int64) + 3) + 1 + (m >= 0.75), NB - 1)
+        b = np.where(r < 1 / 16, 0, b)
+        return np.where(r < np.inf, b, NB - 1)      # NaN, infinity: the top bucket
+
+    rng = np.random.default_rng(3)
+    rand = rng.integers(0, 2**63 - 1, 200_000, dtype=np.int64).view(np.float64)
+    edges = np.array([2.0 ** k * f / 16 for k in range(-3, NB) for f in (1.0, 1.5)])
+    near = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf)])
+    special = np.array([0.0, 5e-324, 2.2250738585072014e-308, np.inf, np.nan,
+                        1.7976931348623157e308])
+    a = np.concatenate([rand, near, special])
+    got = buckets(a)
+    assert np.array_equal(got, definition(a))
+    assert set(np.unique(got)) == set(range(NB))

@@ -206,16 +206,26 @@ def within(x, y, lim):
     return False
 
 
+_TOP = float(2 ** ((NB - 2) // 2))     # 16 r at the start of the top bucket, NB - 1
+assert NB % 2 == 0
+
+
+@inline
+def bucket16(y):
+    """Bucket of an activity ratio r >= 0 given as y = 16 r: 0 below 1/16 (and for
+    y < 0.75, which is below 1/16 or in its upper half-octave, bucket 0 too), then two
+    per octave, capped at NB - 1 (NaN too); read off the float's exponent and top
+    mantissa bit (exact). The clamps come first, on the float (min/max: no branch), so
+    the bits need no clamp after."""
+    y = pick(y < _TOP, y, _TOP)          # NaN fails the test too: NB - 1
+    y = pick(y > 0.75, y, 0.75)          # 0.75 = 1.5 x 2^-1: bucket 0
+    return (f64_bits(y) >> 51) - 2045    # 1 + 2 x exponent + top mantissa bit
+
+
 @inline
 def bucket(r):
-    """Bucket of an activity ratio r >= 0: 0 below 1/16, then two per octave, capped at
-    NB - 1; read off the float's exponent and top mantissa bit (exact)."""
-    bits = f64_bits(r * 16.0)
-    e = (bits >> 52) - 1023
-    # below 1/16 (e < 0) this is <= 0: clamped to 0 as the top bucket is, by min/max
-    # (conditional moves: a value-dependent branch here mispredicts often)
-    b = 1 + 2 * e + ((bits >> 51) & 1)
-    return min(max(b, 0), NB - 1)
+    """Bucket of an activity ratio r >= 0 (``bucket16`` of 16 r)."""
+    return bucket16(r * 16.0)
 
 
 @inline

@@ -126,15 +126,25 @@ def _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x, cubic, grp):
 
 
 @inline
-def _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin):
+def _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, finite_rf):
     """Prediction and local variation of point i. ``lin`` (a constant at each call site,
     so that each loop compiles with one branch only): the linear taps, whose weighted
     sum is the general one term for term (the 0-weighted taps read the same two values),
     so the same float operations in the same order: the same prediction, bit for bit,
-    from two loads instead of five."""
+    from two loads instead of five. ``finite_rf`` (a constant: no forecast base): every
+    value in ``rf`` is finite, and then the sum is 0.5 a + 0.5 r, bit for bit: 0 a and
+    0 r are zeros of the signs of a and r, and adding them changes neither a non-zero
+    sum nor the sign of a zero one (-0 only when a, r <= 0, and then 0 r = -0). Finite:
+    a reconstruction passed the bound check, an outlier is stored as its exact finite
+    value or a finite placeholder (a float32 placeholder may round to infinity: that
+    and a NaN prediction give the same outlier codes and values, as the prediction of
+    a point next to it is then no bound's match either way), log-domain values are
+    logarithms; with a base, rf holds x - base and may not be finite."""
     a = np.float64(rf[np.uint64(i - sd)])
     if lin:
         r = np.float64(rf[np.uint64(i + sd)])
+        if finite_rf:
+            return 0.5 * a + 0.5 * r, abs(a - r)
         return ((0.0 * a + 0.5 * a) + 0.5 * r) + 0.0 * r, abs(a - r)
     p = (w0 * np.float64(rf[np.uint64(i + o0)]) + w1 * a
          + w2 * np.float64(rf[np.uint64(i + o2)]) + w3 * np.float64(rf[np.uint64(i + o3)]))
@@ -164,7 +174,7 @@ def _enc_run(mode, otype, arrs, has_base, geo, wts, lin, qp, n, no):
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
-        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin)
+        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, not has_base)
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -294,7 +304,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
-        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin)
+        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, not has_base)
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -310,23 +320,23 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
         sym = np.int64(lut[np.uint64(c * M + slot)])
         x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],
                                np.int64(words[np.uint64(wp if wp < nw1 else nw1)]), wp)
-        if sym == OUT:
-            v = outv[np.uint64(op)] if op < nov else 0.0
-            if op < nov:
-                outp[np.uint64(op)] = i
-            op += 1
-            if abs(v) < np.inf:
-                of[ui] = v
-                rf[ui] = log_of_exact(v, p) if mode == MODE_LOG else v - b
-            elif mode == MODE_LOG:
-                of[ui] = 0.0
-                rf[ui] = p
-            else:
-                of[ui] = to_out(finite(pt), otype, lo_, hi_)
-                rf[ui] = of[ui] - b
-            continue
         hv = np.uint64(sym)
-        if sym >= ESC:
+        if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
+            if sym == OUT:
+                v = outv[np.uint64(op)] if op < nov else 0.0
+                if op < nov:
+                    outp[np.uint64(op)] = i
+                op += 1
+                if abs(v) < np.inf:
+                    of[ui] = v
+                    rf[ui] = log_of_exact(v, p) if mode == MODE_LOG else v - b
+                elif mode == MODE_LOG:
+                    of[ui] = 0.0
+                    rf[ui] = p
+                else:
+                    of[ui] = to_out(finite(pt), otype, lo_, hi_)
+                    rf[ui] = of[ui] - b
+                continue
             hv, bpos = escape_high(lw, bpos)
         kb = kbs[np.uint64(c)]
         z = hv << np.uint64(kb)

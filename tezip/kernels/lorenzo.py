@@ -30,7 +30,7 @@ from .core import (
     OUT,
     M,
     bits_at,
-    bucket,
+    bucket16,
     dense_low,
     escape_high,
     finite,
@@ -119,7 +119,7 @@ def _enc_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, n, no):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        ctx[np.uint64(n)] = gb + bucket(0.125 * s)
+        ctx[np.uint64(n)] = gb + bucket16(2.0 * s)
         xo = np.float64(xf[ui])
         k, o, r, ok = quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg)
         if ok:
@@ -203,32 +203,32 @@ def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        c = np.int64(cmap[gb + bucket(0.125 * s)])
+        c = np.int64(cmap[gb + bucket16(2.0 * s)])
         slot = x0 & (M - 1)
         sym = np.int64(lut[np.uint64(c * M + slot)])
         x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],
                                np.int64(words[np.uint64(wp if wp < nw1 else nw1)]), wp)
-        if sym == OUT:
-            v = outv[np.uint64(op)] if op < nov else 0.0
-            if op < nov:
-                outp[np.uint64(op)] = i
-            op += 1
-            af[ui] = 255
-            if abs(v) < np.inf:
-                of[ui] = v
-                rf[ui] = log_of_exact(v, p) if mode == MODE_LOG else v - b
-                ra = np.float64(rf[ui])
-            elif mode == MODE_LOG:
-                of[ui] = 0.0
-                rf[ui] = p
-                ra = np.float64(rf[ui])
-            else:
-                of[ui] = to_out(finite(pt), otype, lo, hi)
-                rf[ui] = of[ui] - b
-                ra = np.float64(rf[ui])
-            continue
         hv = np.uint64(sym)
-        if sym >= ESC:
+        if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
+            if sym == OUT:
+                v = outv[np.uint64(op)] if op < nov else 0.0
+                if op < nov:
+                    outp[np.uint64(op)] = i
+                op += 1
+                af[ui] = 255
+                if abs(v) < np.inf:
+                    of[ui] = v
+                    rf[ui] = log_of_exact(v, p) if mode == MODE_LOG else v - b
+                    ra = np.float64(rf[ui])
+                elif mode == MODE_LOG:
+                    of[ui] = 0.0
+                    rf[ui] = p
+                    ra = np.float64(rf[ui])
+                else:
+                    of[ui] = to_out(finite(pt), otype, lo, hi)
+                    rf[ui] = of[ui] - b
+                    ra = np.float64(rf[ui])
+                continue
             hv, bpos = escape_high(lw, bpos)
         kb = kbs[np.uint64(c)]
         z = hv << np.uint64(kb)
