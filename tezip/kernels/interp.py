@@ -315,7 +315,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        c = np.int64(cmap[gb + bucket(var * inv)])
+        c = np.int64(cmap[np.uint64(gb + bucket(var * inv))])
         slot = x0 & (M - 1)
         sym = np.int64(lut[np.uint64(c * M + slot)])
         x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],

@@ -203,7 +203,7 @@ def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        c = np.int64(cmap[gb + bucket16(2.0 * s)])
+        c = np.int64(cmap[np.uint64(gb + bucket16(2.0 * s))])
         slot = x0 & (M - 1)
         sym = np.int64(lut[np.uint64(c * M + slot)])
         x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],
