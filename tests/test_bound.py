@@ -212,3 +212,41 @@ def test_a_quotient_of_2_to_the_63_is_an_outlier(dtype, predictor):
     y = tezip.decompress(blob)
     assert bytes_equal(x, y).all()
     check_bound(x, y, "abs", 2.0 ** -11)
+
+
+def test_integer_codes_are_exact_floors_on_both_sides_of_2_to_the_50():
+    """The integer quantizer's code is floor((x - round(p) + e) / step), read off one
+    multiplication below |x - round(p) + e| = 2^50 and corrected past it (a forecast of
+    integer data may be anything): against Python's integer division, at multiples of
+    the step and next to them, for steps 1 to 2^31 + 1."""
+    import numba
+
+    from tezip.kernels.consts import KMAX, MODE_INT, OUT_INT
+    from tezip.kernels.core import quantize
+
+    @numba.njit
+    def codes(xs, pts, step, e):
+        out = np.empty(xs.size, np.int64)
+        for i in range(xs.size):
+            k, _, _, ok = quantize(MODE_INT, OUT_INT, xs[i], pts[i], step, 1.0 / step, e,
+                                   0.0, -1e300, 1e300, 1.0)
+            out[i] = k if ok else -(1 << 62)
+        return out
+
+    rng = np.random.default_rng(7)
+    for e in (0, 1, 2, 63, 2**20, 2**30):
+        step = 2 * e + 1
+        # quotients small and up to 2^53 / step (x exact in float64), at multiples of the
+        # step and next to them
+        top = 2**52 // step
+        q = np.concatenate([rng.integers(-2**20, 2**20, 300), rng.integers(-top, top, 300),
+                            [top, -top, 2**50 // step, -(2**50 // step)]])
+        v = np.concatenate([q * step + d for d in (-1, 0, 1, step - 1, e, e + 1)])
+        pt = rng.integers(-2**20, 2**20, v.size).astype(np.float64)
+        xs = (v - e + pt.astype(np.int64)).astype(np.float64)
+        assert np.array_equal(xs.astype(np.int64), v - e + pt.astype(np.int64))   # exact
+        got = codes(xs, pt, float(step), float(e))
+        want = np.array([(int(x) - int(p) + e) // step for x, p in zip(xs, pt, strict=True)])
+        want = np.where(np.abs(want) <= KMAX, want, -(1 << 62))
+        assert np.array_equal(got, want), (e, v[got != want][:5])
+        assert (np.abs(v) >= 2**50).sum() > 1000 and (got != -(1 << 62)).sum() > 1000

@@ -287,9 +287,13 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
         # one value to the next in Lorenzo order); the correction as float selects (the
         # same values as the booleans subtracted as integers, without conversions)
         v = xo - pr + e_int
-        kf = np.floor(v * inv)
-        rem = v - kf * step
-        kf += pick(rem >= step, 1.0, 0.0) - pick(rem < 0.0, 1.0, 0.0)
+        # below 2^50, (v + 1/2) / step is at least 1/(2 step) from an integer and the
+        # rounding errors of (v + 1/2) x inv are below that: its floor is exact
+        kf = np.floor((v + 0.5) * inv)
+        if not abs(v) < 1125899906842624.0:        # 2^50 (int64 data): corrected
+            kf = np.floor(v * inv)
+            rem = v - kf * step
+            kf += pick(rem >= step, 1.0, 0.0) - pick(rem < 0.0, 1.0, 0.0)
         if abs(kf) <= KMAX:
             o = pr + kf * step
             o = lo if o < lo else (hi if o > hi else o)
