@@ -282,22 +282,33 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
         if not (abs(pt) < 1e300):
             pt = 0.0
         pr = np.floor(pt + 0.5)
-        # floor(v / step) of integers: a multiply by the reciprocal, off by at most one
-        # next to a multiple, corrected exactly (a division would sit on the path from
-        # one value to the next in Lorenzo order); the correction as float selects (the
-        # same values as the booleans subtracted as integers, without conversions)
+        # floor(v / step) of integers by a multiplication by the reciprocal (a division
+        # would sit on the path from one value to the next in Lorenzo order)
         v = xo - pr + e_int
-        # below 2^50, (v + 1/2) / step is at least 1/(2 step) from an integer and the
-        # rounding errors of (v + 1/2) x inv are below that: its floor is exact
-        kf = np.floor((v + 0.5) * inv)
-        if not abs(v) < 1125899906842624.0:        # 2^50 (int64 data): corrected
-            kf = np.floor(v * inv)
-            rem = v - kf * step
-            kf += pick(rem >= step, 1.0, 0.0) - pick(rem < 0.0, 1.0, 0.0)
+        if abs(v) < 1125899906842624.0:     # 2^50
+            # (v + 1/2) / step is at least 1/(2 step) from an integer and the rounding
+            # errors of (v + 1/2) x inv are below that: its floor is exact, and so is v
+            # itself here (x and the rounded prediction are integers, and a difference
+            # that rounded would be past 2^52): the value is within the bound
+            kf = np.floor((v + 0.5) * inv)
+            if abs(kf) <= KMAX:
+                o = pr + kf * step
+                o = lo if o < lo else (hi if o > hi else o)
+                return np.int64(kf), o, o, True
+            return np.int64(0), xo, xo, False
+        # past 2^50 (a forecast base gone astray): floor(v x inv), off by at most one
+        # next to a multiple, corrected exactly (the correction as float selects: the
+        # same values as the booleans subtracted as integers, without conversions); v
+        # itself may have rounded past 2^53, so the bound is checked (exact: integers in
+        # the output type's range)
+        kf = np.floor(v * inv)
+        rem = v - kf * step
+        kf += pick(rem >= step, 1.0, 0.0) - pick(rem < 0.0, 1.0, 0.0)
         if abs(kf) <= KMAX:
             o = pr + kf * step
             o = lo if o < lo else (hi if o > hi else o)
-            return np.int64(kf), o, o, True
+            if abs(o - xo) <= eb:
+                return np.int64(kf), o, o, True
         return np.int64(0), xo, xo, False
     if mode == MODE_FLOAT:
         kf = np.floor((xo - pt) * inv + 0.5)
