@@ -356,6 +356,21 @@ def log_of_exact(v, pt):
 
 
 @inline
+def exact_value(mode, otype, v, p, pt, b, lo, hi):
+    """A value stored exactly (an outlier), given the prediction ``p`` (``pt`` with the
+    base ``b``): (what the output holds, what the prediction domain holds). A non-finite
+    value leaves a finite placeholder, which the caller replaces afterwards: 0 in the log
+    domain (the prediction domain keeps the prediction), else the prediction rounded into
+    the output type. Encoders and decoders both store it so."""
+    if abs(v) < np.inf:
+        return v, (log_of_exact(v, p) if mode == MODE_LOG else v - b)
+    if mode == MODE_LOG:
+        return 0.0, p
+    o = to_out(finite(pt), otype, lo, hi)
+    return o, o - b
+
+
+@inline
 def unzigzag(z):
     return (z >> 1) ^ -(z & 1)
 

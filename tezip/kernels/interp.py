@@ -41,6 +41,7 @@ from .core import (
     bucket,
     dense_low,
     escape_high,
+    exact_value,
     finite,
     inline,
     jit,
@@ -196,15 +197,9 @@ def _enc_run(mode, otype, arrs, has_base, geo, wts, lin, qp, n, no):
             codes[np.uint64(n)] = FLAG
             outp[np.uint64(no)] = i
             no += 1
-            if abs(xo) < np.inf:
-                of[ui] = xo
-                rf[ui] = log_of_exact(xo, p) if mode == MODE_LOG else xo - b
-            elif mode == MODE_LOG:
-                of[ui] = 0.0
-                rf[ui] = p
-            else:
-                of[ui] = to_out(finite(pt), otype, lo, hi)
-                rf[ui] = of[ui] - b
+            o, r = exact_value(mode, otype, xo, p, pt, b, lo, hi)
+            of[ui] = o
+            rf[ui] = r
         n += 1
     return n, no
 
@@ -327,15 +322,9 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
                 if op < nov:
                     outp[np.uint64(op)] = i
                 op += 1
-                if abs(v) < np.inf:
-                    of[ui] = v
-                    rf[ui] = log_of_exact(v, p) if mode == MODE_LOG else v - b
-                elif mode == MODE_LOG:
-                    of[ui] = 0.0
-                    rf[ui] = p
-                else:
-                    of[ui] = to_out(finite(pt), otype, lo_, hi_)
-                    rf[ui] = of[ui] - b
+                o, r = exact_value(mode, otype, v, p, pt, b, lo_, hi_)
+                of[ui] = o
+                rf[ui] = r
                 continue
             hv, bpos = escape_high(lw, bpos)
         kb = kbs[np.uint64(c)]

@@ -33,15 +33,13 @@ from .core import (
     bucket16,
     dense_low,
     escape_high,
-    finite,
+    exact_value,
     inline,
     jit,
-    log_of_exact,
     pick,
     quantize,
     rans_next,
     reconstruct,
-    to_out,
     unzigzag,
 )
 
@@ -134,18 +132,10 @@ def _enc_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, n, no):
             outp[np.uint64(no)] = i
             no += 1
             af[ui] = 255
-            if abs(xo) < np.inf:
-                of[ui] = xo
-                rf[ui] = log_of_exact(xo, p) if mode == MODE_LOG else xo - b
-                ra = np.float64(rf[ui])
-            elif mode == MODE_LOG:
-                of[ui] = 0.0
-                rf[ui] = p
-                ra = np.float64(rf[ui])
-            else:
-                of[ui] = to_out(finite(pt), otype, lo, hi)
-                rf[ui] = of[ui] - b
-                ra = np.float64(rf[ui])
+            o, r = exact_value(mode, otype, xo, p, pt, b, lo, hi)
+            of[ui] = o
+            rf[ui] = r
+            ra = np.float64(rf[ui])
         n += 1
     return n, no
 
@@ -216,18 +206,10 @@ def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
                     outp[np.uint64(op)] = i
                 op += 1
                 af[ui] = 255
-                if abs(v) < np.inf:
-                    of[ui] = v
-                    rf[ui] = log_of_exact(v, p) if mode == MODE_LOG else v - b
-                    ra = np.float64(rf[ui])
-                elif mode == MODE_LOG:
-                    of[ui] = 0.0
-                    rf[ui] = p
-                    ra = np.float64(rf[ui])
-                else:
-                    of[ui] = to_out(finite(pt), otype, lo, hi)
-                    rf[ui] = of[ui] - b
-                    ra = np.float64(rf[ui])
+                o, r = exact_value(mode, otype, v, p, pt, b, lo, hi)
+                of[ui] = o
+                rf[ui] = r
+                ra = np.float64(rf[ui])
                 continue
             hv, bpos = escape_high(lw, bpos)
         kb = kbs[np.uint64(c)]
