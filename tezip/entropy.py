@@ -18,7 +18,7 @@ import zstandard
 
 from .errors import CorruptFileError
 from .kernels import entropy as K
-from .kernels.consts import ALPHABET, FLAG, RANS_L, M
+from .kernels.consts import ALPHABET, FLAG, RANS_L
 from .kernels.core import words64
 
 _MODEL_HEAD = struct.Struct("<HB")
@@ -185,26 +185,10 @@ def tables(s: Streams, n_ctx: int) -> Tables:
         raise CorruptFileError("inconsistent entropy model")
     body = unzstd_at_most(m[_MODEL_HEAD.size + nc:], n_class * (1 + 10 + ALPHABET * 3),
                           "entropy model")
-    raw = np.frombuffer(body, np.uint8)
-    if raw.size < n_class:
+    kbs, lut, fc, status = K.model_tables(np.frombuffer(body, np.uint8), n_class)
+    if status == K.MODEL_TRUNCATED:
         raise CorruptFileError("truncated entropy model")
-    kbs = raw[:n_class].astype(np.int64)
-    nsym, used, ok = K.varint_decode(raw[n_class:], n_class)
-    if not ok or kbs.max() > 62 or nsym.max() > ALPHABET or nsym.min() < 0:
-        raise CorruptFileError("inconsistent entropy model")
-    pos = n_class + used
-    # every class's frequencies back to back: one call for all of them (a call per class
-    # cost more than the table it read on small windows)
-    vals, used, ok = K.varint_decode(raw[pos:], int(nsym.sum()))
-    if not ok:
-        raise CorruptFileError("truncated entropy model")
-    pos += used
-    freq = np.zeros((n_class, ALPHABET), np.int64)
-    freq[np.arange(ALPHABET) < nsym[:, None]] = vals      # row by row, as written
-    if pos != raw.size or freq.max() > M:
-        raise CorruptFileError("inconsistent entropy model")
-    lut, fc, ok = K.decoder_tables(freq)
-    if not ok:
+    if status != K.MODEL_OK:
         raise CorruptFileError("inconsistent entropy model")
     if len(s.words) % 2 or len(s.words) < 8:
         raise CorruptFileError("truncated entropy-coded data")
