@@ -221,3 +221,38 @@ def test_context_buckets_are_the_half_octaves_of_the_definition():
     got = buckets(a)
     assert np.array_equal(got, definition(a))
     assert set(np.unique(got)) == set(range(NB))
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, v = v & 0x7F, v >> 7
+        out.append(b | 0x80 if v else b)
+        if not v:
+            return bytes(out)
+
+
+@pytest.mark.parametrize("freqs", [
+    [1, 2**63 - 1, 2**63 - 1, 4097],        # sums to M modulo 2^64, each step wraps
+    [2**64 - 1, 4097],                       # -1 as a signed 64-bit value, then M + 1
+    [M, 1], [M - 1], [0, M + 1], [2**63, 2**63, M]])
+def test_models_whose_frequencies_do_not_sum_to_m_are_refused(freqs):
+    """A class's frequencies must sum to M as integers: the check must not wrap around
+    (a sum past 2^63 once made a damaged model look whole, and its table's slices
+    overwrote another class's)."""
+    import struct
+
+    import zstandard
+
+    from tezip.errors import CorruptFileError
+
+    body = b"\x00" + _varint(len(freqs)) + b"".join(_varint(f) for f in freqs)
+    model = (struct.pack("<HB", 4, 1) + bytes(4)
+             + zstandard.ZstdCompressor().compress(body))
+    with pytest.raises(CorruptFileError, match="inconsistent entropy model"):
+        entropy.tables(entropy.Streams(model, bytes(16), b""), 4)
+    good = b"\x00" + _varint(2) + _varint(M - 1) + _varint(1)
+    model = struct.pack("<HB", 4, 1) + bytes(4) + zstandard.ZstdCompressor().compress(good)
+    t = entropy.tables(entropy.Streams(model, bytes(16), b""), 4)
+    assert (t.lut[:M - 1] == 0).all() and t.lut[M - 1] == 1
+    assert t.fc[0] == (M - 1) << 32 and t.fc[1] == (1 << 32) | (M - 1)

@@ -394,7 +394,7 @@ def model_tables(raw, n_class):
             f, p, ok = _varint(raw, p)
             if not ok:
                 return kbs, lut, fc, MODEL_TRUNCATED
-            if f < 0 or acc + f > M:
+            if f < 0 or f > M - acc:        # not acc + f > M: f may be near 2^63
                 bad = True
             elif not bad:
                 fc[c * ALPHABET + s] = (f << 32) | acc
