@@ -40,8 +40,9 @@ def tile_activity(x, tstep, tile, ny, nx):
     C = x.shape[3]
     ww = nx * tile
     inv = 1.0 / C
-    acc = np.empty((tile, ww), np.float64)
-    prev = np.empty((tile, ww), np.float64)
+    rows = tile if ny > 0 else 0        # no row of tiles: no buffers
+    acc = np.empty((rows, ww), np.float64)
+    prev = np.empty((rows, ww), np.float64)
     out = np.zeros(ny * nx, np.float64)
     for band in range(ny):
         y0 = band * tile
