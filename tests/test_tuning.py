@@ -91,3 +91,27 @@ def test_the_tuned_window_codes_with_the_best_finalist_unchecked(many_finalists,
         used = f.window_meta(0)
     name, cfg = t.finalists[0]
     assert (used["p"], used["cfg"]) == (name, cfg)
+
+
+
+
+def test_finalists_differ_in_more_than_the_level_wise_bounds(many_finalists, monkeypatch):
+    # the sample ranks the level-wise bounds ("ab") as the window does: of two
+    # configurations that differ only there, the sample's better one is the finalist
+    x = smooth_stack((20, 40, 36), seed=7)
+    quant = _quant(x)
+    interp = predictors.get("interp")
+    base = {"order": [0, 1, 2], "cubic": False, "ab": [1.0, 1.0], "anchor": 32}
+    a = {**base, "ab": [1.25, 2.0]}
+    b = {**a, "ab": [1.0, 1.0]}
+    c = {**base, "cubic": True}
+    d = {**base, "order": [0, 2, 1]}
+    trials = [(100.0, a), (100.5, b), (101.0, c), (101.5, {**c, "ab": [1.5, 2.5]}),
+              (102.0, d)]
+    monkeypatch.setattr(type(interp), "tune", lambda self, *args, **kw: trials)
+    t = codec.tune(x, quant, ("interp",))
+    assert sorted(map(str, t.finalists)) == sorted(map(str, [("interp", a), ("interp", c),
+                                                             ("interp", d)]))
+    sizes = _head_sizes(x, quant, t.finalists)
+    assert sizes == sorted(sizes)
+    assert interp.variant(a) == interp.variant(b) != interp.variant(c)

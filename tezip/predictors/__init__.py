@@ -56,10 +56,18 @@ class ValuePredictor(ABC):
     name: ClassVar[str]
     n_ctx: ClassVar[int]
     groups: ClassVar[np.ndarray]
+    # configuration keys whose settings the tuning sample ranks as the whole window does:
+    # of two configurations that differ only there, the codec keeps the sample's better
+    # one and ranks only the other settings on the window itself
+    sample_ranked: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def configs(self, x: np.ndarray, quant: Quantizer) -> list[dict]:
         """Candidate configurations for this window, most likely first."""
+
+    def variant(self, config: dict) -> dict:
+        """``config`` without its ``sample_ranked`` settings."""
+        return {k: v for k, v in config.items() if k not in self.sample_ranked}
 
     def tune(self, sample: np.ndarray, quant: Quantizer, sgn: np.ndarray,
              cost: Callable[[Coded], float],

@@ -129,6 +129,10 @@ class Interpolation(_Kernel):
     name = "interp"
     n_ctx = KI.N_CTX
     groups = KI.GROUPS
+    # the level-wise bounds: their sample ranking was the whole window's in every
+    # finalist pair of the shared data sets' lossy cells; the axis order and cubic
+    # against linear are ranked on the window (tiles' borders misrank cubic on speckle)
+    sample_ranked = ("ab",)
 
     def configs(self, x: np.ndarray, quant: Quantizer) -> list[dict]:
         return [{"order": list(o), "cubic": cub, "ab": list(ab), "anchor": DEFAULT_ANCHOR}
