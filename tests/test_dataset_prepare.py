@@ -125,16 +125,13 @@ def test_pieces_are_window_aligned_runs_of_their_shard():
     assert [(p.t0, p.t1) for p in tiny] == [(0, 17)]
 
 
-@pytest.mark.parametrize("switchy", [False, True])
-def test_assembled_pieces_equal_one_encoding(tmp_path, monkeypatch, switchy):
-    if switchy:
-        # three finalists, and every window but the tuned one takes whichever its own
-        # check finds cheapest: the first piece must code its first window as the whole
-        # shard does (with the tuning's best, unchecked)
+@pytest.mark.parametrize("finalists", [1, 3])
+def test_assembled_pieces_equal_one_encoding(tmp_path, monkeypatch, finalists):
+    if finalists == 3:
+        # three finalists: every piece must code with the shard's best, as the whole does
         from tezip import codec as codec_mod
 
         monkeypatch.setattr(codec_mod, "_FULL_MARGIN", 100.0)
-        monkeypatch.setattr(codec_mod, "_SWITCH", 100.0)
     a = smooth_stack((75, 20, 18), "float32", seed=5)
     meta = {"source_frames": [0, 75]}
     opts = Options(config.CodecConfig("rel", BOUND).options().bound, predictor="classical",
@@ -145,8 +142,7 @@ def test_assembled_pieces_equal_one_encoding(tmp_path, monkeypatch, switchy):
     parts = []
     for i, (t0, t1) in enumerate([(0, 16), (16, 48), (48, 75)]):
         p = tmp_path / f".piece-{i}.tez"
-        compress_stack(ArrayStack(a[t0:t1], meta), p, opts, vrange=vr, tuning=tuning,
-                       tuned_first=t0 == 0)
+        compress_stack(ArrayStack(a[t0:t1], meta), p, opts, vrange=vr, tuning=tuning)
         parts.append(p)
     shards.assemble(tmp_path / "joined.tez", parts)
     assert (tmp_path / "joined.tez").read_bytes() == (tmp_path / "whole.tez").read_bytes()

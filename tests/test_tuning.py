@@ -68,31 +68,27 @@ def test_stack_bytes_do_not_depend_on_the_tuning_threads(many_finalists):
     assert np.abs(back.astype(np.float64) - x).max() <= 1e-3 * float(x.max() - x.min())
 
 
-def test_the_tuned_window_codes_with_the_best_finalist_unchecked(many_finalists, monkeypatch):
+def test_every_window_codes_with_the_tunings_best(many_finalists, monkeypatch):
     import tezip
 
-    x = smooth_stack((24, 40, 36), seed=6)
-    checked = []
+    x = smooth_stack((36, 40, 36), seed=6)
+    x[24:] = x[24:] ** 3                 # later windows unlike the tuned one
+    trials = []
     real = codec.sample_tiles
 
-    def spy(w, light=False):
-        if light:
-            checked.append(w.shape[0])
-        return real(w, light)
+    def spy(w):
+        trials.append(w.shape[0])
+        return real(w)
 
     monkeypatch.setattr(codec, "sample_tiles", spy)
-    monkeypatch.setattr(codec, "_SWITCH", 100.0)     # a check would take its cheapest
-    kw = dict(mode="rel", bound=1e-3, predictor="classical", window=12)
-    blob = tezip.compress(x, **kw)
-    assert checked == [12]           # the second window checks itself, the first does not
+    blob = tezip.compress(x, mode="rel", bound=1e-3, predictor="classical", window=12)
+    assert trials == [12]                # one tuning, on the first window; no other check
     quant = _quant(x)
     t = codec.tune(np.ascontiguousarray(x[:12]), quant, predictors.CLASSICAL_CANDIDATES)
+    assert len(t.finalists) == codec.N_FINALISTS
     with tezip.open(blob) as f:
-        used = f.window_meta(0)
-    name, cfg = t.finalists[0]
-    assert (used["p"], used["cfg"]) == (name, cfg)
-
-
+        used = [f.window_meta(i) for i in range(f.n_windows)]
+    assert [(u["p"], u["cfg"]) for u in used] == [t.finalists[0]] * 3
 
 
 def test_finalists_differ_in_more_than_the_level_wise_bounds(many_finalists, monkeypatch):

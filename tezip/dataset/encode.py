@@ -170,7 +170,7 @@ class Encoder:
                                     run.vranges[shard.source])
                 self.tunings[shard.index] = tuning
         res = sh.encode_piece(piece, run.view(shard, piece.t0, piece.t1), path, run.options,
-                              run.vranges[shard.source], step, tuning, piece.t0 == shard.t0)
+                              run.vranges[shard.source], step, tuning)
         run.stats.pieces += 1
         run.stats.raw_bytes += res.raw_bytes
         run.stats.compressed_bytes += res.bytes

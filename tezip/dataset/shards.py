@@ -152,13 +152,11 @@ class PieceResult:
 def encode_piece(piece: Piece, view: FrameRange, path: Path, options: Options,
                  vrange: tuple[float, float] | None,
                  step: Callable[[int], None] | None = None,
-                 tuning: Tuning | None = None, tuned_first: bool = False) -> PieceResult:
+                 tuning: Tuning | None = None) -> PieceResult:
     """Encode one piece into ``path`` (the shard itself for a whole-shard piece);
-    ``tuning``: the shard's (``tune_stack`` of the whole shard), for a part of it;
-    ``tuned_first``: the piece starts the shard (its first window is the tuned one)."""
+    ``tuning``: the shard's (``tune_stack`` of the whole shard), for a part of it."""
     st = compress_stack(view, path, options, force=True, progress=step,
-                        vrange=tuple(vrange) if vrange is not None else None, tuning=tuning,
-                        tuned_first=tuned_first)
+                        vrange=tuple(vrange) if vrange is not None else None, tuning=tuning)
     return PieceResult(piece.index, str(path), st.raw_bytes, path.stat().st_size)
 
 
