@@ -8,8 +8,8 @@ Measures every ``*.npy`` (T, H, W) stack in ``--data`` (default: ``$TEZIP_DATA``
 shared data folder next to the checkout) in one process and writes ``OUT/NAME.md`` (tables,
 codec versions), ``OUT/NAME.json`` (every row) and ``OUT/NAME.png`` (ratio vs PSNR and vs
 bound per data set). ``--predictors`` takes the specs of ``tezip bench --predictors``:
-``classical`` (interp, lorenzo or spatial, picked per window), ``learned`` (the shipped
-model on every window), ``auto`` (the default: classical or learned, picked per window),
+``classical`` (interp, lorenzo or spatial, picked on the first window), ``learned`` (the
+shipped model on every window), ``auto`` (the default: classical or learned, picked per window),
 ``adapt`` (auto with the model fitted to each stack for 30 s; slow), a predictor's name,
 a suffix ``@N`` for N threads. A ``learned`` row the predictor cannot take (lossless
 floats) is skipped, not failed. Progress goes to stderr. Exit status 1 if any codec broke

@@ -111,3 +111,22 @@ def test_finalists_differ_in_more_than_the_level_wise_bounds(many_finalists, mon
     sizes = _head_sizes(x, quant, t.finalists)
     assert sizes == sorted(sizes)
     assert interp.variant(a) == interp.variant(b) != interp.variant(c)
+
+
+def test_a_tuning_for_other_options_is_refused(tmp_path):
+    from tezip.codec import ArrayStack, Options, Tuning, compress_stack, tune_stack
+    from tezip.errors import OptionError
+
+    x = smooth_stack((12, 40, 36), seed=8)
+    vr = (float(x.min()), float(x.max()))
+    bound = quantize.ErrorBound("rel", rel=1e-3)
+    interp = tune_stack(ArrayStack(x), Options(bound, predictor="interp"), vr)
+    assert interp.finalists[0][0] == "interp"
+    for tuning in (interp, Tuning([])):
+        with pytest.raises(OptionError, match="tuning"):
+            compress_stack(ArrayStack(x), tmp_path / "a.tez", Options(bound, predictor="lorenzo"),
+                           vrange=vr, tuning=tuning)
+        assert not list(tmp_path.iterdir())
+    compress_stack(ArrayStack(x), tmp_path / "b.tez", Options(bound, predictor="classical"),
+                   vrange=vr, tuning=interp)
+    assert (tmp_path / "b.tez").exists()

@@ -114,9 +114,10 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--bound", type=float, help="error bound (see --mode)")
 @click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
 @click.option("--predictor", default="auto", show_default=True,
-              help="auto (per window, the predictor and settings that code it smallest, the "
-                   "learned one included where a model is at hand), classical, learned, or "
-                   "one of: " + ", ".join(predictors.CLASSICAL_CANDIDATES))
+              help="auto (the classical predictor and settings that code the first window "
+                   "smallest, and per window the learned one where a model is at hand and "
+                   "it codes smaller), classical, learned, or one of: "
+                   + ", ".join(predictors.CLASSICAL_CANDIDATES))
 @click.option("--adapt", is_flag=True,
               help="fit the learned forecaster to this data (needs PyTorch) and store it in "
                    "the output, which then decodes anywhere")
@@ -409,7 +410,7 @@ def _verify_dataset(directory: Path, as_json: bool) -> None:
 @click.option("--bound", type=float, help="error bound (see --mode)")
 @click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
 @click.option("--predictor", default="auto", show_default=True,
-              help="auto (per window, the predictor and settings that code it smallest), "
+              help="auto (the predictor and settings that code the first window smallest), "
                    "classical, or one of: " + ", ".join(predictors.CLASSICAL_CANDIDATES))
 @click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
               help="frames per independently decodable window")

@@ -52,14 +52,14 @@ NN_MACS_PER_S = 12e9              # float32 multiply-adds per second of one core
 
 @dataclass(frozen=True)
 class Options:
-    """Codec options: the error bound; the predictor ('auto': per window the candidate
-    that codes it smallest, the learned one included where a model is available and fast
-    enough; 'classical': the classical ones; or one name); the window length in frames
-    (SWP), or with ``threshold`` the maximum length of dynamic windows (DWP, see
-    ``windows.dynamic_windows``); the learned model: a model file, or ``adapt`` to fit one
-    to the data within ``adapt_seconds`` (stored in the file), else the shipped default;
-    ``min_decode_mbps``: the decoding speed (MB/s per core) below which the learned
-    predictor is not used; worker threads (None: one per CPU)."""
+    """Codec options: the error bound; the predictor ('auto': the classical configuration that
+    codes the first window smallest, and per window the learned one where a model is
+    available, fast enough and codes that window smaller; 'classical': the classical ones;
+    or one name); the window length in frames (SWP), or with ``threshold`` the maximum
+    length of dynamic windows (DWP, see ``windows.dynamic_windows``); the learned model: a
+    model file, or ``adapt`` to fit one to the data within ``adapt_seconds`` (stored in the
+    file), else the shipped default; ``min_decode_mbps``: the decoding speed (MB/s per core)
+    below which the learned predictor is not used; worker threads (None: one per CPU)."""
 
     bound: ErrorBound
     predictor: str = "auto"
@@ -223,8 +223,8 @@ HEAD_FRAMES = 8           # ... on the window's first frames, coded in full, whe
 
 @dataclass(frozen=True)
 class Tuning:
-    """The classical configurations a stack's windows choose among, best first (None: no
-    tuning, as for bit-exact floats), ranked on the stack's first window; ``head``: that
+    """The classical configurations ranked on the stack's first window, best first (None:
+    no tuning, as for bit-exact floats); every window codes with the first; ``head``: that
     window's full codings by ``config_key`` when it was ranked on all of it, so that
     coding it next costs nothing (not compared)."""
 
@@ -807,6 +807,11 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
             vrange = value_range(stack)
     qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
+    if tuning is not None and tuning.finalists is not None:
+        usable = options.candidates(False)
+        if not tuning.finalists or tuning.finalists[0][0] not in usable:
+            raise OptionError("the tuning passed does not fit these options: it must come "
+                              "from tune_stack with the same predictor option")
     wlen = window_length(options.window, math.prod(shape[1:]))
     model, embed = resolve_model(stack, options, qp)
     learned = None
