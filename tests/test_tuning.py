@@ -122,7 +122,9 @@ def test_a_tuning_for_other_options_is_refused(tmp_path):
     bound = quantize.ErrorBound("rel", rel=1e-3)
     interp = tune_stack(ArrayStack(x), Options(bound, predictor="interp"), vr)
     assert interp.finalists[0][0] == "interp"
-    for tuning in (interp, Tuning([])):
+    learned = tune_stack(ArrayStack(x), Options(bound, predictor="learned"), vr)
+    assert learned.finalists is None          # no classical tuning for a learned stack
+    for tuning in (interp, Tuning([]), learned):
         with pytest.raises(OptionError, match="tuning"):
             compress_stack(ArrayStack(x), tmp_path / "a.tez", Options(bound, predictor="lorenzo"),
                            vrange=vr, tuning=tuning)

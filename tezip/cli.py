@@ -410,8 +410,10 @@ def _verify_dataset(directory: Path, as_json: bool) -> None:
 @click.option("--bound", type=float, help="error bound (see --mode)")
 @click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
 @click.option("--predictor", default="auto", show_default=True,
-              help="auto (the predictor and settings that code the first window smallest), "
-                   "classical, or one of: " + ", ".join(predictors.CLASSICAL_CANDIDATES))
+              help="auto (the classical predictor and settings that code the first window "
+                   "smallest, and per window the learned one where a model is at hand and "
+                   "it codes smaller), classical, learned, or one of: "
+                   + ", ".join(predictors.CLASSICAL_CANDIDATES))
 @click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
               help="frames per independently decodable window")
 @click.option("--dataset", help="dataset path inside HDF5 inputs (or give FILE.h5:/path)")

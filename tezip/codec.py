@@ -807,9 +807,11 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
             vrange = value_range(stack)
     qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
-    if tuning is not None and tuning.finalists is not None:
-        usable = options.candidates(False)
-        if not tuning.finalists or tuning.finalists[0][0] not in usable:
+    if tuning is not None:
+        usable = tuple(c for c in options.candidates(False) if c != "learned")
+        if (tuning.finalists is None and usable and qp.kind != "bits") or (
+                tuning.finalists is not None
+                and (not tuning.finalists or tuning.finalists[0][0] not in usable)):
             raise OptionError("the tuning passed does not fit these options: it must come "
                               "from tune_stack with the same predictor option")
     wlen = window_length(options.window, math.prod(shape[1:]))
