@@ -268,8 +268,8 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
             break
         # a configuration that differs from a better one only in settings the sample
         # ranks reliably (``sample_ranked``) is no finalist: coding the window's first
-        # frames with both, and checking both in every later window, took 12% of the
-        # time of encoding iris at 1e-3 and chose as the sample does
+        # frames with both (and, then, checking both in every later window) took 12% of
+        # the time of encoding iris at 1e-3, and ranked them as the sample did
         v = config_key(name, predictors.get(name).variant(cfg))
         if v not in variants:
             variants.add(v)
