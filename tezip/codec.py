@@ -764,9 +764,20 @@ def _ordered_map(fn: Callable[[Any], Any], items: Iterator[Any], threads: int) -
         cf.wait(pending)
 
 
+def _classical(options: Options) -> tuple[str, ...]:
+    """The classical predictors ``options`` may tune among."""
+    return tuple(c for c in options.candidates(False) if c != "learned")
+
+
+def _tunes(qp: QuantParams, classical: tuple[str, ...]) -> bool:
+    """Whether a stack is tuned (not for bit-exact floats, nor without classical
+    predictors)."""
+    return bool(classical) and qp.kind != "bits"
+
+
 def _tune_on(head: np.ndarray, qp: QuantParams, classical: tuple[str, ...],
              threads: int = 1) -> Tuning:
-    if not classical or qp.kind == "bits":
+    if not _tunes(qp, classical):
         return Tuning(None)
     return tune(np.ascontiguousarray(head), quantizer(qp), classical, threads)
 
@@ -784,7 +795,7 @@ def tune_stack(stack: Any, options: Options,
             vrange = value_range(stack)
     qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
     wlen = window_length(options.window, math.prod(shape[1:]))
-    classical = tuple(c for c in options.candidates(False) if c != "learned")
+    classical = _classical(options)
     return Tuning(_tune_on(stack.read(0, min(wlen, shape[0])), qp, classical).finalists)
 
 
@@ -807,13 +818,13 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
             vrange = value_range(stack)
     qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
-    if tuning is not None:
-        usable = tuple(c for c in options.candidates(False) if c != "learned")
-        if (tuning.finalists is None and usable and qp.kind != "bits") or (
-                tuning.finalists is not None
-                and (not tuning.finalists or tuning.finalists[0][0] not in usable)):
-            raise OptionError("the tuning passed does not fit these options: it must come "
-                              "from tune_stack with the same predictor option")
+    classical = _classical(options)
+    if tuning is not None and (
+            (tuning.finalists is None and _tunes(qp, classical))
+            or (tuning.finalists is not None
+                and (not tuning.finalists or tuning.finalists[0][0] not in classical))):
+        raise OptionError("the tuning passed does not fit these options: it must come "
+                          "from tune_stack with the same predictor option")
     wlen = window_length(options.window, math.prod(shape[1:]))
     model, embed = resolve_model(stack, options, qp)
     learned = None
@@ -845,7 +856,6 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         first = stack.read(*plan[0])
         frames = ((t0, t1, first if i == 0 else stack.read(t0, t1))
                   for i, (t0, t1) in enumerate(plan))
-        classical = tuple(c for c in candidates if c != "learned")
         # the first window's codings from the tuning, when it was tuned on that window
         cache: dict[int, dict[str, predictors.Coded] | None] = {}
         own = plan[0] == (0, min(wlen, shape[0]))
