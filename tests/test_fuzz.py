@@ -5,6 +5,8 @@ runs the same target longer."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from fuzz_target import (
@@ -27,13 +29,29 @@ from tezip.container import ContainerReader
 SEEDS = seeds(learned=False)     # the learned fixture is fuzzed by the long run only (speed)
 
 
-@settings(max_examples=400, deadline=5000, derandomize=True,
+def within_budget(fn, seconds: float):
+    """``fn()`` under a time budget that a kernel's first-use compilation does not count
+    against: a call over budget is run again, and the second must be within it (damage
+    may reach a decoder variant no test compiled before, such as the format-v2 Lorenzo
+    decoder from a v3 file, and that compile alone can take longer under load; a
+    decoder that is slow on the input itself is slow both times). Hypothesis's own
+    deadline would call the fast re-run flaky and fail."""
+    t0 = time.perf_counter()
+    out = fn()
+    if time.perf_counter() - t0 > seconds:
+        t0 = time.perf_counter()
+        out = fn()
+        assert time.perf_counter() - t0 <= seconds, "over the time budget twice"
+    return out
+
+
+@settings(max_examples=400, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(SEEDS) - 1), seed=st.integers(0, 2**32 - 1))
 def test_mutated_files_fail_cleanly_or_decode_exactly(which, seed):
     name, blob, ref = SEEDS[which]
     damaged = mutate(blob, np.random.default_rng(seed))
-    outcome = check(damaged, ref)
+    outcome = within_budget(lambda: check(damaged, ref), 5.0)
     if damaged != blob:       # every byte is under a CRC-32 or a structural check
         assert outcome == "error", (name, seed)
 
@@ -44,14 +62,15 @@ def test_every_prefix_of_a_file_is_an_error():
         assert check(blob[:n], ref) == "error", (name, n)
 
 
-@settings(max_examples=300, deadline=10000, derandomize=True,
+@settings(max_examples=300, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(SEEDS) - 1), seed=st.integers(0, 2**32 - 1))
 def test_resealed_damage_reaches_the_decoder_and_still_fails_cleanly(which, seed):
     """Damage with every container checksum recomputed: the entropy decoder, predictors
     and header validation must cope on their own (TezipError or a well-formed result)."""
     _, blob, _ = SEEDS[which]
-    check_crafted(craft(blob, np.random.default_rng(seed)))
+    crafted = craft(blob, np.random.default_rng(seed))
+    within_budget(lambda: check_crafted(crafted), 10.0)
 
 
 BAD_VALUES = [-1, 2**62, 1e300, float("inf"), float("nan"), "x", None, [], {}]
@@ -84,7 +103,7 @@ def test_cases_the_long_fuzz_run_found(learned, seed, case):
     assert check_crafted(craft(blob, np.random.default_rng([seed, case]))) == "error"
 
 
-@settings(max_examples=300, deadline=10000, derandomize=True,
+@settings(max_examples=300, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(SEEDS) - 1), seed=st.integers(0, 2**32 - 1))
 def test_damaged_window_past_the_container_checks_is_an_error_or_exact(which, seed):
@@ -92,7 +111,8 @@ def test_damaged_window_past_the_container_checks_is_an_error_or_exact(which, se
     checksum not: the decoder must refuse it (TezipError) or return exactly the original,
     never other data (issue 14, item 17)."""
     name, blob, ref = SEEDS[which]
-    assert check(damage_window(blob, np.random.default_rng(seed)), ref) in ("error", "ok"), name
+    damaged = damage_window(blob, np.random.default_rng(seed))
+    assert within_budget(lambda: check(damaged, ref), 10.0) in ("error", "ok"), name
 
 
 @pytest.mark.parametrize("which", range(len(SEEDS)))

@@ -173,6 +173,16 @@ def pick(typingctx, c, a, b):
     return None
 
 
+@intrinsic
+def ipick(typingctx, c, a, b):
+    """``pick`` for two int64: one ``select``."""
+    if isinstance(c, types.Boolean) and a == types.int64 and b == types.int64:
+        def codegen(context, builder, signature, args):
+            return builder.select(args[0], args[1], args[2])
+        return types.int64(types.boolean, types.int64, types.int64), codegen
+    return None
+
+
 from .consts import (  # noqa: E402,F401 (re-exported for the kernels)
     ALPHABET,
     ESC,

@@ -1,22 +1,35 @@
-"""Lorenzo prediction over a 3-D volume (T, H, W), predict-quantize-reconstruct value by
-value in raster order (as SZ does): 3-D, p = a + b - c + d - e - f + g from the seven
-reconstructed neighbours before the point in (t, y, x), or 2-D within each frame,
-p = a + b - c; neighbours outside the volume count as 0.
+"""Lorenzo prediction over a 3-D volume (T, H, W), value by value in raster order (as SZ
+does): 3-D, p = a + b - c + d - e - f + g from the seven neighbours before the point in
+(t, y, x), or 2-D within each frame, p = a + b - c; neighbours outside the volume count
+as 0.
 
-Contexts: group (3-D, or the first frame / 2-D) x bucket of the code magnitudes of the
-neighbours in the row above (and in the previous frame, for 3-D): residuals cluster, so a
-point next to large codes expects a large one. (Not the value to the left: the decoder
-would have to finish it before decoding the next symbol.) ``act`` holds min(|code|, 255) of
-every coded point (255 for an outlier).
+Prequantized (``encode_pq``/``decode_pq``, format v3, what new files use): every value
+is first put on the bound's grid on its own (``grid``: round(x / step), 0-aligned), and
+the prediction runs on those grid indices, exactly in integers (as cuSZ's dual
+quantization does). The codes come out as many and as small as when predicting from
+reconstructed values (the v2 form below; the shared stacks' files within 0.02%), but no
+floating-point operation sits on the path from one value to the next: the encoder's
+values are independent of each other, and the decoder's chain is one integer addition.
+Only two frames of grid indices are kept, in a ring with a zero border (no boundary
+tests). A value stored exactly (an outlier) keeps its own grid index where it has one
+(the decoder gets it from the stored value), else the prediction's.
 
-Rows are coded with fixed neighbour availability (above? previous frame?), so the inner
-loop has no boundary tests: the first value of a row goes through the general path.
+Contexts: group (3-D, or the first frame / 2-D) x bucket of the code magnitudes
+(min(|code|, 255), 255 for an outlier) of the neighbours in the row above (and in the
+previous frame, for 3-D): residuals cluster, so a point next to large codes expects a
+large one. (Not the value to the left: the decoder would have to finish it before
+decoding the next symbol.)
 
-``base`` (optional): a forecast; the predictor then runs on the forecast error, as in
-``interp``.
+The v2 form (``decode``; read only): predictions from the reconstructed values, each
+value quantized around its prediction; ``act`` holds the code magnitudes; rows are
+decoded with fixed neighbour availability (above? previous frame?), and the first value
+of a row goes through the general path. ``base`` (optional): a forecast; the predictor
+then runs on the forecast error, as in ``interp``.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import literally
@@ -25,6 +38,9 @@ from .core import (
     ALPHABET,
     ESC,
     FLAG,
+    KMAX,
+    MODE_FLOAT,
+    MODE_INT,
     MODE_LOG,
     NB,
     OUT,
@@ -35,12 +51,15 @@ from .core import (
     escape_high,
     exact_value,
     inline,
+    ipick,
     jit,
     pick,
-    quantize,
+    pw_limit,
     rans_next,
     reconstruct,
+    to_out,
     unzigzag,
+    within,
 )
 
 G_3D, G_2D = 0, 1
@@ -94,78 +113,6 @@ def _pred(rf, af, i, ra, first, last, up, prev, W, HW):
     # next (the rest does not depend on it)
     p = a + q
     return p, s
-
-
-@inline
-def _enc_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, n, no):
-    xf, bf, of, rf, sf, af, codes, ctx, outp = arrs
-    step, inv, e_int, eb, lo, hi = qp
-    ra = 0.0
-    for xx in range(W):
-        i = row + xx
-        ui = np.uint64(i)
-        p, s = _pred(rf, af, i, ra, xx == 0, xx == W - 1, up, prev, W, HW)
-        sg = 1.0
-        if mode == MODE_LOG:
-            sv = sf[ui]
-            if sv == 2 or sv == -2:
-                of[ui] = 0.0 if sv > 0 else -0.0
-                rf[ui] = p
-                ra = p
-                af[ui] = 0
-                continue
-            sg = 1.0 if sv > 0 else -1.0
-        b = bf[ui] if has_base else 0.0
-        pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        ctx[np.uint64(n)] = gb + bucket16(2.0 * s)
-        xo = np.float64(xf[ui])
-        k, o, r, ok = quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg)
-        if ok:
-            codes[np.uint64(n)] = k
-            of[ui] = o
-            ra = r if mode == MODE_LOG else o - b
-            rf[ui] = ra
-            ak = abs(k)
-            af[ui] = ak if ak < 255 else 255
-        else:
-            codes[np.uint64(n)] = FLAG
-            outp[np.uint64(no)] = i
-            no += 1
-            af[ui] = 255
-            o, r = exact_value(mode, otype, xo, p, pt, b, lo, hi)
-            of[ui] = o
-            rf[ui] = r
-            ra = np.float64(rf[ui])
-        n += 1
-    return n, no
-
-
-@jit
-def encode(x, base, out, rec, sgn, act, step, e_int, eb, mode, otype, lo, hi, three,
-           codes, ctx, outp, n0, no0):
-    """Code the volume ``x``; same conventions as ``interp.encode``. Returns (n, no)."""
-    mode = literally(mode)
-    otype = literally(otype)
-    T, H, W = x.shape
-    xf = x.ravel()
-    of = out.ravel()
-    rf = rec.ravel()
-    sf = sgn.ravel()
-    af = act.ravel()
-    has_base = base is not None
-    bf = base.ravel() if base is not None else rf
-    arrs = (xf, bf, of, rf, sf, af, codes, ctx, outp)
-    qp = (step, 1.0 / step, e_int, eb, lo, hi)
-    n = n0
-    no = no0
-    HW = H * W
-    for t in range(T):
-        prev = three and t > 0
-        gb = (G_3D if prev else G_2D) * NB
-        for y in range(H):
-            n, no = _enc_row(mode, otype, arrs, has_base, t * HW + y * W, W, HW, y > 0, prev,
-                             gb, qp, n, no)
-    return n, no
 
 
 @inline
@@ -234,8 +181,8 @@ def _dec_row(mode, otype, arrs, has_base, row, W, HW, up, prev, gb, qp, state):
 @jit
 def decode(out, rec, base, sgn, act, step, mode, otype, lo, hi, three, cmap, kbs, lut, fc,
            words, lw, outv, outp, st):
-    """Inverse of ``encode`` with the entropy decoding fused in (state in ``st`` as in
-    ``interp.decode``)."""
+    """Decode a v2 Lorenzo window (predictions from reconstructed values), the entropy
+    decoding fused in (state in ``st`` as in ``interp.decode``)."""
     mode = literally(mode)
     otype = literally(otype)
     T, H, W = out.shape
@@ -260,6 +207,281 @@ def decode(out, rec, base, sgn, act, step, mode, otype, lo, hi, three, cmap, kbs
         for y in range(H):
             x0, x1, wp, bpos, op = _dec_row(mode, otype, arrs, has_base, t * HW + y * W, W,
                                             HW, y > 0, prev, gb, qp, (x0, x1, wp, bpos, op))
+    st[0] = x0
+    st[1] = x1
+    st[2] = wp
+    st[3] = bpos
+    st[7] = op
+
+
+# --- prequantized Lorenzo (format v3) -----------------------------------------------------
+
+QMAX = float(2**50)     # grid indices beyond: no index (the value is an outlier)
+
+
+@inline
+def grid(mode, v, inv, e_int):
+    """The grid index of a value (a float), and whether it has one: round(v / step) for
+    floats, of log2|v| in the log domain; floor((v + e) / step) for integers, exact for
+    |v + e| < 2^50 (the argument of ``core.quantize``), so that |v - index x step| <= e.
+    Not finite or past ``QMAX``: none (NaN compares false)."""
+    if mode == MODE_INT:
+        g = np.floor((v + e_int + 0.5) * inv)
+    elif mode == MODE_FLOAT:
+        g = np.floor(v * inv + 0.5)
+    else:
+        av = abs(v)
+        g = np.floor(math.log2(av) * inv + 0.5) if av > 0.0 and av < np.inf else np.nan
+    return g, abs(g) <= QMAX
+
+
+@inline
+def from_grid(mode, otype, g, step, lo, hi, sg):
+    """The output value of grid index ``g`` (a float; ``sg`` the sign in the log domain)."""
+    if mode == MODE_INT:
+        o = g * step
+        return lo if o < lo else (hi if o > hi else o)
+    if mode == MODE_FLOAT:
+        return to_out(g * step, otype, lo, hi)
+    return to_out(sg * math.exp2(g * step), otype, lo, hi)
+
+
+# ring entries: a grid index and its point's activity in one int64 (index << 8 |
+# activity), so one load reads both; indices wrap alike in the encoder and the decoder
+N_S = 6 * 255 + 1           # activity sums s = 2 up + up-left + up-right + 2 previous
+
+
+@inline
+def _unpack(v):
+    return v >> 8, v & 255
+
+
+@inline
+def _pq_pred(rg, j, dp, ra, Wp, nb, three):
+    """Integer prediction and neighbour activity sum of ring position j (as ``_pred``):
+    neighbours outside the volume are the ring's zero border (``dp``: the offset of the
+    previous frame's slot, the zero slot for the first frame; ``ra``: the index to the
+    left, 0 at the start of a row; ``Wp``: a ring row; ``three``: a literal). ``nb``:
+    what the points before read that this one needs (its up-left and up indices and
+    activities, its previous frame's left and up-left indices), passed on: one load of
+    the row above and two of the previous frame per point."""
+    cu, bu, al, au, el, gl = nb
+    u = j - Wp
+    br, ar = _unpack(rg[np.uint64(u + 1)])
+    s = (au + au) + al + ar
+    q = bu - cu
+    if three:
+        jj = j + dp
+        d, ad = _unpack(rg[np.uint64(jj)])
+        f, _ = _unpack(rg[np.uint64(jj - Wp)])
+        s += ad + ad
+        q += (d - el) - (f - gl)
+        return ra + q, s, (bu, br, au, ar, d, f)
+    return ra + q, s, (bu, br, au, ar, gl, gl)
+
+
+@inline
+def _pq_row_start(rg, j0, Wp):
+    """``nb`` at a row's first point: the border's zeros but the up index and activity."""
+    z = np.int64(0)
+    b, a = _unpack(rg[np.uint64(j0 - Wp)])
+    return z, b, z, a, z, z
+
+
+@inline
+def _pq_enc_row(mode, otype, arrs, row, j0, dp, W, go, qp, n, no, three):
+    xf, of, sf, rg, ctab, codes, ctx, outp = arrs
+    step, inv, e_int, eb, lo, hi = qp
+    ra = np.int64(0)
+    Wp = W + 2
+    nb = _pq_row_start(rg, j0, Wp)
+    for xx in range(W):
+        i = row + xx
+        ui = np.uint64(i)
+        uj = np.uint64(j0 + xx)
+        p, s, nb = _pq_pred(rg, j0 + xx, dp, ra, Wp, nb, three)
+        sg = 1.0
+        if mode == MODE_LOG:
+            sv = sf[ui]
+            if sv == 2 or sv == -2:
+                of[ui] = 0.0 if sv > 0 else -0.0
+                rg[uj] = p << 8
+                ra = p
+                continue
+            sg = 1.0 if sv > 0 else -1.0
+        ctx[np.uint64(n)] = ctab[np.uint64(go + s)]
+        xo = np.float64(xf[ui])
+        g, has = grid(mode, xo, inv, e_int)
+        gi = ipick(has, np.int64(pick(has, g, 0.0)), p)
+        k = gi - p
+        o = from_grid(mode, otype, pick(has, g, 0.0), step, lo, hi, sg)
+        ok = has and abs(k) <= KMAX
+        if mode == MODE_FLOAT:
+            ok = ok and within(xo, o, eb)
+        elif mode == MODE_LOG:
+            ok = ok and within(xo, o, pw_limit(eb, abs(xo)))
+        ra = gi
+        if ok:
+            codes[np.uint64(n)] = k
+            of[ui] = o
+            ak = abs(k)
+            rg[uj] = (gi << 8) | (ak if ak < 255 else 255)
+        else:
+            codes[np.uint64(n)] = FLAG
+            outp[np.uint64(no)] = i
+            no += 1
+            rg[uj] = (gi << 8) | 255
+            of[ui] = xo if abs(xo) < np.inf else 0.0    # the caller puts non-finite ones in
+        n += 1
+    return n, no
+
+
+@inline
+def _ring(t, H, W, three):
+    """The ring of a (T, H, W) volume: three slots of (H + 1) x (W + 2), whose first row
+    and first and last columns stay 0 (the neighbours outside the volume); frames go to
+    slots 0 and 1 in turn, slot 2 stays 0. For frame t: (offset of its context group in
+    the context table, start of its row 0 in the ring, offset to the previous frame's
+    slot)."""
+    S = (H + 1) * (W + 2)
+    fb = (t & 1) * S + (W + 2) + 1
+    prev = three and t > 0
+    dp = ((1 - (t & 1)) * S if prev else 2 * S) - (t & 1) * S
+    return (G_3D if prev else G_2D) * N_S, fb, dp
+
+
+@inline
+def _ctx_table():
+    """Context of each context group and activity sum (offset group x N_S)."""
+    tab = np.empty(2 * N_S, np.uint8)
+    for g in range(2):
+        for s in range(N_S):
+            tab[g * N_S + s] = g * NB + bucket16(2.0 * s)
+    return tab
+
+
+@jit
+def encode_pq(x, out, sgn, step, e_int, eb, mode, otype, lo, hi, three, codes, ctx, outp,
+              n0, no0):
+    """Prequantized Lorenzo: code the volume ``x``: codes (FLAG for outliers) and contexts
+    from position n0, outlier positions (flat indices into x, in coding order) from no0
+    (as ``interp.encode``). Returns (n, no). Non-finite outliers leave 0 in ``out``: the
+    caller puts the exact values in afterwards."""
+    mode = literally(mode)
+    otype = literally(otype)
+    T, H, W = x.shape
+    xf = x.ravel()
+    of = out.ravel()
+    sf = sgn.ravel()
+    rg = np.zeros(3 * (H + 1) * (W + 2), np.int64)
+    arrs = (xf, of, sf, rg, _ctx_table(), codes, ctx, outp)
+    qp = (step, 1.0 / step, e_int, eb, lo, hi)
+    n = n0
+    no = no0
+    for t in range(T):
+        go, fb, dp = _ring(t, H, W, three)
+        for y in range(H):
+            if three:       # (each way its own loop, with the previous frame's reads or not)
+                n, no = _pq_enc_row(mode, otype, arrs, (t * H + y) * W, fb + y * (W + 2), dp,
+                                    W, go, qp, n, no, True)
+            else:
+                n, no = _pq_enc_row(mode, otype, arrs, (t * H + y) * W, fb + y * (W + 2), dp,
+                                    W, go, qp, n, no, False)
+    return n, no
+
+
+@inline
+def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
+    of, sf, rg, dtab, kbs, lut, fc, words, lw, outv, outp, dense = arrs
+    step, inv, e_int, lo, hi = qp
+    x0, x1, wp, bpos, op = state
+    nov = outv.size
+    nw1 = words.size - 1
+    nlw = lw.size - 2
+    ra = np.int64(0)
+    Wp = W + 2
+    nb = _pq_row_start(rg, j0, Wp)
+    for xx in range(W):
+        i = row + xx
+        ui = np.uint64(i)
+        uj = np.uint64(j0 + xx)
+        p, s, nb = _pq_pred(rg, j0 + xx, dp, ra, Wp, nb, three)
+        sg = 1.0
+        if mode == MODE_LOG:
+            sv = sf[ui]
+            if sv == 2 or sv == -2:
+                of[ui] = 0.0 if sv > 0 else -0.0
+                rg[uj] = p << 8
+                ra = p
+                continue
+            sg = 1.0 if sv > 0 else -1.0
+        c = np.int64(dtab[np.uint64(go + s)])
+        slot = x0 & (M - 1)
+        sym = np.int64(lut[np.uint64(c * M + slot)])
+        x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],
+                               np.int64(words[np.uint64(wp if wp < nw1 else nw1)]), wp)
+        hv = np.uint64(sym)
+        if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
+            if sym == OUT:
+                v = outv[np.uint64(op)] if op < nov else 0.0
+                if op < nov:
+                    outp[np.uint64(op)] = i
+                op += 1
+                g, has = grid(mode, v, inv, e_int)
+                gi = ipick(has, np.int64(pick(has, g, 0.0)), p)
+                rg[uj] = (gi << 8) | 255
+                ra = gi
+                of[ui] = v if abs(v) < np.inf else 0.0
+                continue
+            hv, bpos = escape_high(lw, bpos)
+        kb = kbs[np.uint64(c)]
+        z = hv << np.uint64(kb)
+        if dense or kb:     # see core.dense_low
+            w = bpos >> 6
+            w = w if w < nlw else nlw
+            low, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
+            z |= low
+        k = unzigzag(np.int64(z))
+        gi = p + k
+        ra = gi
+        ak = abs(k)
+        rg[uj] = (gi << 8) | (ak if ak < 255 else 255)
+        of[ui] = from_grid(mode, otype, np.float64(gi), step, lo, hi, sg)
+    return x0, x1, wp, bpos, op
+
+
+@jit
+def decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut, fc, words,
+              lw, outv, outp, st):
+    """Inverse of ``encode_pq``, the entropy decoding fused in (``st`` as in ``decode``)."""
+    mode = literally(mode)
+    otype = literally(otype)
+    T, H, W = out.shape
+    of = out.ravel()
+    sf = sgn.ravel()
+    rg = np.zeros(3 * (H + 1) * (W + 2), np.int64)
+    ctab = _ctx_table()
+    dtab = np.empty(ctab.size, np.uint8)
+    for s in range(ctab.size):
+        dtab[s] = cmap[np.int64(ctab[s])]
+    arrs = (of, sf, rg, dtab, kbs, lut, fc, words, lw, outv, outp, dense_low(kbs))
+    qp = (step, 1.0 / step, e_int, lo, hi)
+    x0 = st[0]
+    x1 = st[1]
+    wp = st[2]
+    bpos = st[3]
+    op = st[7]
+    for t in range(T):
+        go, fb, dp = _ring(t, H, W, three)
+        for y in range(H):
+            sta = (x0, x1, wp, bpos, op)
+            if three:
+                sta = _pq_dec_row(mode, otype, arrs, (t * H + y) * W, fb + y * (W + 2), dp, W,
+                                  go, qp, sta, True)
+            else:
+                sta = _pq_dec_row(mode, otype, arrs, (t * H + y) * W, fb + y * (W + 2), dp, W,
+                                  go, qp, sta, False)
+            x0, x1, wp, bpos, op = sta
     st[0] = x0
     st[1] = x1
     st[2] = wp

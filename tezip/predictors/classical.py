@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import CorruptFileError
+from ..errors import CorruptFileError, OptionError
 from ..kernels import interp as KI
 from ..kernels import lorenzo as KL
 from ..kernels.core import call
@@ -199,26 +199,36 @@ class Lorenzo3D(_Kernel):
     n_ctx = KL.N_CTX
     groups = KL.GROUPS
     three = True
+    # {"pq": 1}: prequantized (format v3, what new files use; see ``kernels.lorenzo``);
+    # {}: predicted from reconstructed values (format v2 files: decoded, no longer coded)
+    PQ: ClassVar[dict] = {"pq": 1}
 
     def configs(self, x: np.ndarray, quant: Quantizer) -> list[dict]:
-        return [{}]
+        return [dict(self.PQ)]
 
     def validate(self, config, shape):
-        if config != {}:
+        if config != {} and config != self.PQ:
             raise CorruptFileError("bad predictor configuration")
-        return {}
+        return dict(config)
 
     def _enc(self, xc, out, rec, sg, quant, config, codes, ctx, outp, n0, no0):
         steps, eints = quant.levels()
         lo, hi = quant.range
-        act = np.zeros(xc.shape, np.uint8)
-        return call(KL.encode, (9, 10), xc, None, out, rec, sg, act, float(steps[1]),
-                    float(eints[1]), quant.eb, quant.mode, quant.otype, lo, hi, self.three,
-                    codes, ctx, outp, n0, no0)
+        if not config.get("pq"):
+            raise OptionError(f"'{self.name}' codes only its format-v3 form {self.PQ} "
+                              "(the v2 form is decoded, no longer coded)")
+        return call(KL.encode_pq, (6, 7), xc, out, sg, float(steps[1]), float(eints[1]),
+                    quant.eb, quant.mode, quant.otype, lo, hi, self.three, codes, ctx, outp,
+                    n0, no0)
 
     def _dec(self, out, rec, sg, quant, config, t, outv, outp, st):
-        steps, _ = quant.levels()
+        steps, eints = quant.levels()
         lo, hi = quant.range
+        if config.get("pq"):
+            call(KL.decode_pq, (4, 5), out, sg, float(steps[1]), float(eints[1]), quant.mode,
+                 quant.otype, lo, hi, self.three, t.cmap, t.kbs, t.lut, t.fc, t.words, t.low,
+                 outv, outp, st)
+            return
         act = np.zeros(out.shape, np.uint8)
         call(KL.decode, (6, 7), out, rec, None, sg, act, float(steps[1]), quant.mode,
              quant.otype, lo, hi, self.three, t.cmap, t.kbs, t.lut, t.fc, t.words, t.low,
