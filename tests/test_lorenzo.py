@@ -115,7 +115,8 @@ def test_huge_values_without_a_grid_index_are_stored_exactly():
     assert np.abs(y[rest]).max() <= 1e-3
 
 
-@pytest.mark.parametrize("cfg", [{"pq": 2}, {"pq": 1, "x": 0}, {"order": [0, 1, 2]}])
+@pytest.mark.parametrize("cfg", [{"pq": 2}, {"pq": True}, {"pq": 1.0}, {"pq": "1"},
+                                 {"pq": 1, "x": 0}, {"order": [0, 1, 2]}, None, [1]])
 def test_unknown_configurations_are_refused(cfg):
     with pytest.raises(CorruptFileError):
         get("lorenzo").validate(cfg, (4, 5, 6))

@@ -207,7 +207,8 @@ class Lorenzo3D(_Kernel):
         return [dict(self.PQ)]
 
     def validate(self, config, shape):
-        if config != {} and config != self.PQ:
+        # exactly {} or {"pq": 1} (not true or 1.0, which Python finds equal to 1)
+        if config != {} and not (config == self.PQ and type(config["pq"]) is int):
             raise CorruptFileError("bad predictor configuration")
         return dict(config)
 
