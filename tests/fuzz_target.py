@@ -24,7 +24,7 @@ def seeds(learned: bool = True, versions: str = "v*") -> list[tuple[str, bytes, 
     for p in sorted(FIXTURES.glob(f"{versions}/*.tez")):
         if not learned and "prednet" in p.stem:
             continue
-        out.append((p.stem, p.read_bytes(), np.load(p.with_suffix(".npy"))))
+        out.append((f"{p.parent.name}/{p.stem}", p.read_bytes(), np.load(p.with_suffix(".npy"))))
     return out
 
 
