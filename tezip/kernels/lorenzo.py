@@ -261,7 +261,8 @@ def _pq_pred(rg, j, dp, ra, Wp, nb, three):
     """Integer prediction and neighbour activity sum of ring position j (as ``_pred``):
     neighbours outside the volume are the ring's zero border (``dp``: the offset of the
     previous frame's slot, the zero slot for the first frame; ``ra``: the index to the
-    left, 0 at the start of a row; ``Wp``: a ring row; ``three``: a literal). ``nb``:
+    left, 0 at the start of a row; ``Wp``: a ring row; ``three``: a constant at each call
+    site, so each way is a loop of its own). ``nb``:
     what the points before read that this one needs (its up-left and up indices and
     activities, its previous frame's left and up-left indices), passed on: one load of
     the row above and two of the previous frame per point."""
