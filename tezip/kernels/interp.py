@@ -49,6 +49,7 @@ from .core import (
     quantize,
     rans_next,
     reconstruct,
+    scalar,
     to_out,
     unzigzag,
 )
@@ -58,7 +59,7 @@ N_CTX = 5 * NB
 GROUPS = np.array([NB, 2 * NB, 3 * NB, 4 * NB], np.int64)
 
 
-@inline
+@scalar
 def _levels(T, H, W, anchor):
     top = 1
     while top < max(T, H, W):
@@ -71,7 +72,7 @@ def _levels(T, H, W, anchor):
     return a, s, lvl
 
 
-@inline
+@scalar
 def _plan(o0, o1, o2, oi, s):
     """Starts and steps of the loops over axes 0, 1, 2 for the pass along axis o[oi]."""
     st0 = st1 = st2 = 0
@@ -93,7 +94,7 @@ def _plan(o0, o1, o2, oi, s):
     return st0, sp0, st1, sp1, st2, sp2
 
 
-@inline
+@scalar
 def _kind(c, n, s, sd, cubic):
     """Taps (offsets o0..o3, weights w0..w3), variation tap ov, edge flag and linear
     flag for a point at coordinate c along an axis of size n, stride s (flat stride sd).
@@ -114,7 +115,7 @@ def _kind(c, n, s, sd, cubic):
     return -sd, -sd, -sd, -sd, 0.0, 1.0, 0.0, 0.0, True, False
 
 
-@inline
+@scalar
 def _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x, cubic, grp):
     """The run of points that starts at coordinate c (along axis d, row ``row``) of a
     pass: (start, count, flat step, taps, variation tap, stride, context group base),
@@ -152,7 +153,7 @@ def _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, finite_rf):
     return p, abs(a - np.float64(rf[np.uint64(i + ov)]))
 
 
-@inline
+@scalar
 def _run_length(c, n, s, cubic):
     """Points from c on (step 2s) that share c's kind: the cubic interior is one run, and
     so is the linear one (every point with a right neighbour; it was a run of one point
