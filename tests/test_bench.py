@@ -149,6 +149,67 @@ def test_a_broken_bound_is_caught():
     assert row["ok"] is False and "NOT BIT-EXACT" in row["note"]
 
 
+def test_repeats_go_in_rounds_over_the_codecs_and_keep_the_best_times(monkeypatch):
+    a = smooth_stack((2, 8, 8))
+    case = bench._Case("r", a, None, 0.0, 0.0, "", 3, bench.value_range(a))
+    calls: list[str] = []
+    # the seconds each run takes, by what runs: codec x's get slower, y's quicker
+    clock = {"enc x": [1.0, 2.0, 3.0], "dec x": [4.0, 5.0, 6.0],
+             "enc y": [9.0, 8.0, 7.0], "dec y": [3.0, 2.0, 1.0]}
+
+    def fake_timed(fn):
+        n = len(calls)
+        out = fn()
+        return clock[calls[n]].pop(0), out
+
+    monkeypatch.setattr(bench, "_timed", fake_timed)
+
+    def codec(c: str) -> tuple:
+        def enc() -> bytes:
+            calls.append(f"enc {c}")
+            return a.tobytes()
+
+        def dec(blob: bytes) -> np.ndarray:
+            calls.append(f"dec {c}")
+            return a.copy()
+        return enc, dec
+
+    rows = [bench._row(case, c) for c in "xy"]
+    for row, c in zip(rows, "xy", strict=True):
+        bench._measure(row, case, *codec(c), len, bench._lossless_check(a))
+    assert [m.row["codec"] for m in case.pending] == ["x", "y"]
+    bench._repeat_rounds(case)
+    # the first runs x, y; a round x, y; a round starting one further on: y, x
+    assert [c for c in calls if c.startswith("enc")] == [
+        "enc x", "enc y", "enc x", "enc y", "enc y", "enc x"]
+    assert len(calls) == 12 and not case.pending
+    mb = a.nbytes / 1e6
+    assert rows[0]["enc_mbs"] == pytest.approx(mb / 1.0)
+    assert rows[0]["dec_mbs"] == pytest.approx(mb / 4.0)
+    assert rows[1]["enc_mbs"] == pytest.approx(mb / 7.0)
+    assert rows[1]["dec_mbs"] == pytest.approx(mb / 1.0)
+    assert rows[0]["ok"] and rows[1]["ok"]
+
+
+def test_a_codec_failing_on_a_repeat_fails_its_row():
+    a = smooth_stack((2, 8, 8))
+    case = bench._Case("r", a, None, 0.0, 0.0, "", 2, bench.value_range(a))
+    runs = []
+
+    def enc() -> bytes:
+        runs.append(1)
+        if len(runs) > 1:
+            raise RuntimeError("flaky")
+        return a.tobytes()
+
+    row = bench._row(case, "flaky")
+    bench._measure(row, case, enc, lambda b: a.copy(), len, bench._lossless_check(a))
+    assert row["ok"] is True
+    bench._repeat_rounds(case)
+    assert row["ok"] is False and "FAILED on a repeat: RuntimeError: flaky" in row["note"]
+    assert bench.failed_tezip_rows([{**row, "codec": "tezip"}])
+
+
 def test_psnr():
     a = np.array([0.0, 10.0, 5.0, 5.0])
     d = np.array([1.0, 10.0, 5.0, 5.0])

@@ -13,7 +13,9 @@ process in one run:
   most 12 bits).
 
 Each row holds the compression ratio (raw bytes / compressed bytes), encode and decode
-speed in MB/s (1 MB = 1e6 bytes of raw input; wall time of the best of ``repeat`` runs),
+speed in MB/s (1 MB = 1e6 bytes of raw input; wall time of the best of ``repeat`` runs,
+which go in rounds over all codecs of a data set and bound, each round in another order,
+so that a slow spell of the machine does not land on one codec's runs alone),
 the maximum absolute error, the absolute bound it must stay within and whether it did
 (lossless rows: whether the output is bit-exact), and for lossy rows the PSNR in dB with
 the value range as peak.
@@ -42,7 +44,7 @@ import subprocess
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -97,14 +99,11 @@ def parse_bounds(text: str) -> list[float | None]:
     return out
 
 
-def _best_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    """Run ``fn`` ``repeat`` times; return the shortest wall time and the last result."""
-    best, out = math.inf, None
-    for _ in range(max(1, repeat)):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Run ``fn`` once: (wall time, its result)."""
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
 
 
 def _mbs(nbytes: int, seconds: float) -> float:
@@ -186,10 +185,24 @@ class _Case:
     note: str                # said on every lossy row of this case
     repeat: int
     vrange: tuple[float, float]
+    # the rows measured once so far, to be timed again (``_repeat_rounds``)
+    pending: list[_Timing] = field(default_factory=list)
 
     @property
     def peak(self) -> float:
         return self.vrange[1] - self.vrange[0]
+
+
+@dataclass
+class _Timing:
+    """A row measured once, with what times it again: its best times so far."""
+
+    row: Row
+    encode: Callable[[], Any]
+    decode: Callable[[Any], np.ndarray]
+    blob: Any
+    t_enc: float
+    t_dec: float
 
 
 def _row(case: _Case, codec: str, **kw: Any) -> Row:
@@ -213,14 +226,16 @@ def _measure(row: Row, case: _Case, encode: Callable[[], Any],
              decode: Callable[[Any], np.ndarray], size: Callable[[Any], int],
              check: Callable[[np.ndarray], tuple[float, bool]],
              unsupported: tuple[type[Exception], ...] = ()) -> Row:
-    """Fill ``row`` with ratio, speeds, PSNR (lossy rows) and the error check; a failure
-    is recorded in the row (``ok`` False, the traceback in ``error``) rather than raised.
-    ``unsupported``: exceptions by which ``encode`` refuses the data by design; the row
-    is then skipped with the exception's message as the reason, not failed."""
+    """Fill ``row`` with ratio, speeds, PSNR (lossy rows) and the error check, from one
+    run; with ``case.repeat`` > 1 the row is timed again in ``_repeat_rounds`` (the
+    speeds are then the best of all runs). A failure is recorded in the row (``ok``
+    False, the traceback in ``error``) rather than raised. ``unsupported``: exceptions
+    by which ``encode`` refuses the data by design; the row is then skipped with the
+    exception's message as the reason, not failed."""
     a = case.a
     try:
-        t_enc, blob = _best_time(encode, case.repeat)
-        t_dec, dec = _best_time(lambda: decode(blob), case.repeat)
+        t_enc, blob = _timed(encode)
+        t_dec, dec = _timed(lambda: decode(blob))
         n = int(size(blob))
         err, ok = check(dec)
         row.update(ratio=a.nbytes / n if n else math.inf, compressed_bytes=n,
@@ -233,12 +248,44 @@ def _measure(row: Row, case: _Case, encode: Callable[[], Any],
             if err == math.inf:
                 what += " (NaN/Inf not reproduced, or wrong shape)"
             row["note"] = _join(row["note"], what)
+        elif case.repeat > 1:
+            case.pending.append(_Timing(row, encode, decode, blob, t_enc, t_dec))
     except unsupported as exc:
         row.update(note=_join(row["note"], f"skipped: {exc}"))
     except Exception as exc:  # noqa: BLE001 - a benchmark reports failures, it does not stop
         row.update(ok=False, error=traceback.format_exc(),
                    note=_join(row["note"], f"FAILED: {type(exc).__name__}: {exc}"))
     return row
+
+
+def _repeat_rounds(case: _Case) -> None:
+    """Time every row of ``case.pending`` ``case.repeat - 1`` more times, in rounds over
+    all of them (each round starting one row further on), and keep each row's best
+    times. Interleaved, so that the rows compared with each other share the machine's
+    slow and quick spells (run back to back, a codec's repeats could all fall in one).
+    A run that raises fails its row, as in ``_measure``."""
+    live = list(case.pending)
+    case.pending.clear()
+    for r in range(case.repeat - 1):
+        if not live:
+            break
+        k = r % len(live)
+        for m in live[k:] + live[:k]:
+            if m.row.get("ok") is False:
+                continue
+            try:
+                t_enc, _ = _timed(m.encode)
+                t_dec, _ = _timed(lambda m=m: m.decode(m.blob))
+            except Exception as exc:  # noqa: BLE001 - reported in the row, as in _measure
+                m.row.update(ok=False, error=traceback.format_exc(),
+                             note=_join(m.row["note"],
+                                        f"FAILED on a repeat: {type(exc).__name__}: {exc}"))
+                continue
+            m.t_enc, m.t_dec = min(m.t_enc, t_enc), min(m.t_dec, t_dec)
+    nbytes = case.a.nbytes
+    for m in live:
+        if m.row.get("ok") is not False:
+            m.row.update(enc_mbs=_mbs(nbytes, m.t_enc), dec_mbs=_mbs(nbytes, m.t_dec))
 
 
 def failed_tezip_rows(rows: list[Row]) -> list[Row]:
@@ -691,6 +738,12 @@ def bench_array(name: str, a: np.ndarray,
                 for r in got:
                     progress(f"{name}: bound {blabel}: {r['codec']}: {_progress_text(r)} "
                              f"({took:.1f} s for {fam})")
+        if case.pending:
+            t0 = time.perf_counter()
+            _repeat_rounds(case)
+            if progress:
+                progress(f"{name}: bound {blabel}: {repeat - 1} more round(s) of timings "
+                         f"over all codecs ({time.perf_counter() - t0:.1f} s)")
     return rows
 
 
