@@ -15,7 +15,8 @@ process in one run:
 Each row holds the compression ratio (raw bytes / compressed bytes), encode and decode
 speed in MB/s (1 MB = 1e6 bytes of raw input; wall time of the best of ``repeat`` runs,
 which go in rounds over all codecs of a data set and bound, each round in another order,
-so that a slow spell of the machine does not land on one codec's runs alone),
+so that a slow spell of the machine does not land on one codec's runs alone; a row whose
+first run takes over ``REPEAT_MAX_SECONDS`` is timed once),
 the maximum absolute error, the absolute bound it must stay within and whether it did
 (lossless rows: whether the output is bit-exact), and for lossy rows the PSNR in dB with
 the value range as peak.
@@ -97,6 +98,12 @@ def parse_bounds(text: str) -> list[float | None]:
     if not out:
         raise ValueError("no bounds given")
     return out
+
+
+#: a row whose first run (encoding and decoding) takes longer is not timed again: such a
+#: run (``--adapt``'s fit of 30 s, zstd-19 on the larger stacks) is not one whose speed is
+#: compared closely, and repeating it took most of a run's time
+REPEAT_MAX_SECONDS = 10.0
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -248,6 +255,8 @@ def _measure(row: Row, case: _Case, encode: Callable[[], Any],
             if err == math.inf:
                 what += " (NaN/Inf not reproduced, or wrong shape)"
             row["note"] = _join(row["note"], what)
+        elif case.repeat > 1 and t_enc + t_dec > REPEAT_MAX_SECONDS:
+            row["note"] = _join(row["note"], f"timed once (a run takes {t_enc + t_dec:.0f} s)")
         elif case.repeat > 1:
             case.pending.append(_Timing(row, encode, decode, blob, t_enc, t_dec))
     except unsupported as exc:
