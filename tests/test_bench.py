@@ -214,10 +214,31 @@ def test_a_codec_failing_on_a_repeat_fails_its_row():
 
     row = bench._row(case, "flaky")
     bench._measure(row, case, enc, lambda b: a.copy(), len, bench._lossless_check(a))
-    assert row["ok"] is True
-    bench._repeat_rounds(case)
+    assert row["ok"] is True and row["ratio"] is not None
+    assert bench._repeat_rounds(case) == [row]
     assert row["ok"] is False and "FAILED on a repeat: RuntimeError: flaky" in row["note"]
     assert bench.failed_tezip_rows([{**row, "codec": "tezip"}])
+    # it reads as a failed run, not as a wrong output with the first run's figures
+    assert all(row[k] is None for k in ("ratio", "enc_mbs", "dec_mbs", "max_abs_error"))
+    md = bench.to_markdown([row])
+    assert "NOT EXACT" not in md and "failed" in md
+
+
+def test_bench_array_warms_up_before_its_first_timed_run(monkeypatch):
+    a = smooth_stack((3, 20, 20))
+    shapes = []
+    real = bench.tezip.compress
+
+    def spy(x, **kw):
+        shapes.append(x.shape)
+        return real(x, **kw)
+
+    monkeypatch.setattr(bench.tezip, "compress", spy)
+    bench.bench_array("w", a, (1e-2,), ("classical",), codecs=())
+    assert shapes == [(2, 16, 16), (3, 20, 20)]
+    shapes.clear()
+    bench.bench_array("w", a, (1e-2,), ("classical",), codecs=(), warm_up=False)
+    assert shapes == [(3, 20, 20)]
 
 
 def test_psnr():

@@ -267,14 +267,19 @@ def _measure(row: Row, case: _Case, encode: Callable[[], Any],
     return row
 
 
-def _repeat_rounds(case: _Case) -> None:
+#: a row's fields that a measurement fills
+_MEASURED = ("ratio", "compressed_bytes", "enc_mbs", "dec_mbs", "max_abs_error", "psnr")
+
+
+def _repeat_rounds(case: _Case) -> list[Row]:
     """Time every row of ``case.pending`` ``case.repeat - 1`` more times, in rounds over
     all of them (each round starting one row further on), and keep each row's best
     times. Interleaved, so that the rows compared with each other share the machine's
     slow and quick spells (run back to back, a codec's repeats could all fall in one).
-    A run that raises fails its row, as in ``_measure``."""
+    A run that raises fails its row, as in ``_measure``; returns the rows that failed."""
     live = list(case.pending)
     case.pending.clear()
+    failed: list[Row] = []
     for r in range(case.repeat - 1):
         if not live:
             break
@@ -286,15 +291,20 @@ def _repeat_rounds(case: _Case) -> None:
                 t_enc, _ = _timed(m.encode)
                 t_dec, _ = _timed(lambda m=m: m.decode(m.blob))
             except Exception as exc:  # noqa: BLE001 - reported in the row, as in _measure
-                m.row.update(ok=False, error=traceback.format_exc(),
+                # the row then reads as one that failed on its first run: no ratio,
+                # speed or error (its output was right; it is the run that failed)
+                m.row.update({k: None for k in _MEASURED}, ok=False,
+                             error=traceback.format_exc(),
                              note=_join(m.row["note"],
                                         f"FAILED on a repeat: {type(exc).__name__}: {exc}"))
+                failed.append(m.row)
                 continue
             m.t_enc, m.t_dec = min(m.t_enc, t_enc), min(m.t_dec, t_dec)
     nbytes = case.a.nbytes
     for m in live:
         if m.row.get("ok") is not False:
             m.row.update(enc_mbs=_mbs(nbytes, m.t_enc), dec_mbs=_mbs(nbytes, m.t_dec))
+    return failed
 
 
 def failed_tezip_rows(rows: list[Row]) -> list[Row]:
@@ -705,10 +715,16 @@ def bench_array(name: str, a: np.ndarray,
                 bounds: Sequence[float | None] = DEFAULT_BOUNDS,
                 predictors: Sequence[str] = ("auto",), repeat: int = 1,
                 progress: Progress | None = None,
-                codecs: Sequence[str] | None = None) -> list[Row]:
+                codecs: Sequence[str] | None = None, warm_up: bool = True) -> list[Row]:
     """All rows for one in-memory (T, H, W) array; ``codecs`` picks among ``FAMILIES``
-    besides tezip (default: all)."""
+    besides tezip (default: all). ``warm_up``: first run every row on a corner of the
+    array (unreported), so that one-time costs of a codec path (imports, first calls,
+    tezip's kernels compiling) do not land in the first run, which may be the only
+    timed one (``REPEAT_MAX_SECONDS``)."""
     fams = _families(codecs)
+    if warm_up:
+        bench_array(name, np.ascontiguousarray(a[:2, :16, :16]), bounds, predictors, 1,
+                    codecs=fams, warm_up=False)
     rows: list[Row] = []
     vrange = value_range(a)
     is_int = a.dtype.kind in "iu"
@@ -749,10 +765,12 @@ def bench_array(name: str, a: np.ndarray,
                              f"({took:.1f} s for {fam})")
         if case.pending:
             t0 = time.perf_counter()
-            _repeat_rounds(case)
+            failed = _repeat_rounds(case)
             if progress:
                 progress(f"{name}: bound {blabel}: {repeat - 1} more round(s) of timings "
                          f"over all codecs ({time.perf_counter() - t0:.1f} s)")
+                for r in failed:
+                    progress(f"{name}: bound {blabel}: {r['codec']}: {r['note']}")
     return rows
 
 
@@ -777,10 +795,6 @@ def run(paths: list[str], bounds: Sequence[float | None] = DEFAULT_BOUNDS,
         a = np.load(path)
         if a.ndim != 3:
             raise ValueError(f"{path}: expected a (T, H, W) array, got shape {a.shape}")
-        # warm-up on a corner of the stack so one-time set-up costs of any codec path
-        # (imports, first calls) do not land in the first measurement
-        bench_array(name, np.ascontiguousarray(a[:2, :16, :16]), bounds, predictors, 1,
-                    codecs=fams)
         rows += bench_array(name, a, bounds, predictors, repeat, progress, fams)
     return rows
 
