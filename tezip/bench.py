@@ -285,25 +285,23 @@ def _repeat_rounds(case: _Case) -> list[Row]:
             break
         k = r % len(live)
         for m in live[k:] + live[:k]:
-            if m.row.get("ok") is False:
-                continue
             try:
                 t_enc, _ = _timed(m.encode)
                 t_dec, _ = _timed(lambda m=m: m.decode(m.blob))
             except Exception as exc:  # noqa: BLE001 - reported in the row, as in _measure
                 # the row then reads as one that failed on its first run: no ratio,
                 # speed or error (its output was right; it is the run that failed)
-                m.row.update({k: None for k in _MEASURED}, ok=False,
+                m.row.update({f: None for f in _MEASURED}, ok=False,
                              error=traceback.format_exc(),
                              note=_join(m.row["note"],
                                         f"FAILED on a repeat: {type(exc).__name__}: {exc}"))
                 failed.append(m.row)
+                live.remove(m)
                 continue
             m.t_enc, m.t_dec = min(m.t_enc, t_enc), min(m.t_dec, t_dec)
-    nbytes = case.a.nbytes
     for m in live:
-        if m.row.get("ok") is not False:
-            m.row.update(enc_mbs=_mbs(nbytes, m.t_enc), dec_mbs=_mbs(nbytes, m.t_dec))
+        m.row.update(enc_mbs=_mbs(case.a.nbytes, m.t_enc),
+                     dec_mbs=_mbs(case.a.nbytes, m.t_dec))
     return failed
 
 

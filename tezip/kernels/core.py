@@ -135,9 +135,9 @@ def scalar(fn):
     inlines into the kernels (no call is left in their loops). numba's IR inlining types
     a helper again at every call site, for every mode: the interpolation kernels, which
     call ``quantize`` and ``exact_value`` from two copies of their run loop, compiled in
-    about a third of the time with these (352 s -> 112 s of the fast suite's first run),
-    at the same decoding speed and 0-5% slower encoding (alternating runs, within this
-    machine's noise)."""
+    about a third of the time with these (352 s -> 122 s of the fast suite's first run),
+    at the same speed within this machine's noise (``speed_ab_2026-11-26b.md``: encoding
+    0.97-1.04x, decoding 0.98-1.16x)."""
     return _stamped(numba.njit(cache=True, error_model="numpy")(fn))
 
 
