@@ -189,6 +189,50 @@ def test_decoders_read_low_bits_both_ways(predictor):
     assert seen == {True, False}
 
 
+@pytest.mark.parametrize("predictor", ["interp", "spatial"])
+def test_decoders_bound_their_reads_once_per_run(predictor):
+    """The fused decoders bound their stream positions once per run of points (``core.
+    run_start``), on streams padded for the longest run (``entropy.tables``): the padding
+    is there, decoders refuse streams without it (their reads could leave the arrays),
+    and a stream cut short or overrun is still refused by the end check."""
+    import tezip
+    from tezip import payload, predictors
+    from tezip.codec import TezFile, quantizer
+    from tezip.errors import CorruptFileError
+
+    rng = np.random.default_rng(5)
+    x = np.cumsum(rng.standard_normal((4, 24, 56)), axis=2).astype(np.float32)
+    blob = tezip.compress(x, mode="rel", bound=1e-3, predictor=predictor, threads=1)
+    f = TezFile(blob)
+    p = payload.unpack(f._payload(0), {k: 1 << 30 for k in ("low", "outliers", "masks",
+                                                           "planes")})
+    pred = predictors.get(predictor)
+    s = entropy.Streams(p.sections["model"], p.sections["words"], p.sections["low"])
+    t = entropy.tables(s, pred.n_ctx, 56)
+    assert t.n_words == len(s.words) // 2 and t.words.size == t.n_words + 56 + 2
+    assert not t.words[t.n_words:].any() and not t.low[-3 * 56:].any()
+    assert t.low.size == (len(s.low) + 7) // 8 + 2 + 3 * 56
+
+    cfg = p.meta["cfg"]
+    quant = quantizer(f.quant)
+    vals = np.frombuffer(p.sections["outliers"], "<f4").astype(np.float32)
+
+    def decode(tables):
+        return pred.decode(x.shape, quant, pred.validate(cfg, x.shape), tables, vals,
+                           np.zeros(1, np.int8))
+
+    decode(t)
+    t.check_end()
+    with pytest.raises(ValueError, match="not padded"):
+        decode(entropy.tables(s, pred.n_ctx, 0))
+    for words, low in ((s.words[:-2], s.low), (s.words + bytes(40), s.low),
+                       (s.words, s.low[: len(s.low) // 2])):
+        bad = entropy.tables(entropy.Streams(s.model, words, low), pred.n_ctx, 56)
+        decode(bad)
+        with pytest.raises(CorruptFileError):
+            bad.check_end()
+
+
 def test_context_buckets_are_the_half_octaves_of_the_definition():
     """``bucket`` (float clamps, then the bits) against its definition: 1 + 2 floor(log2
     16 r) + (upper half of the octave), clamped to [0, NB - 1], NaN and infinity in the

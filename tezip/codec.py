@@ -531,7 +531,7 @@ def _decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
         raise CorruptFileError("unexpected planes section")
     quant = quantizer(qp)
     tables = entropy.tables(entropy.Streams(p.sections["model"], p.sections["words"],
-                                            p.sections["low"]), pred.n_ctx)
+                                            p.sections["low"]), pred.n_ctx, shape[2])
     if qp.kind == "bits":
         if n_out or p.sections["outliers"] or p.sections["masks"]:
             raise CorruptFileError("unexpected sections in a bit-exact window")

@@ -149,31 +149,41 @@ class Tables:
     kbs: np.ndarray      # int64 [n_class]
     lut: np.ndarray      # uint8 [n_class * M]
     fc: np.ndarray       # int64 [n_class * ALPHABET]
-    words: np.ndarray    # uint16
-    low: np.ndarray      # the bit stream as uint64 words (``kernels.core.words64``)
+    words: np.ndarray    # uint16, then ``run_pad`` + 2 zeros (see ``tables``)
+    low: np.ndarray      # the bit stream as uint64 words (``kernels.core.words64``), then
+    #                      3 ``run_pad`` zeros
     low_len: int         # bytes in the bit stream
+    n_words: int         # 16-bit words in the rANS stream (``words`` without its padding)
+    run_pad: int         # the padding's run length
     st: np.ndarray = field(default_factory=lambda: np.zeros(8, np.int64))
-    # decoder state, updated by the kernels: x0, x1, word pos, bit pos, -, -, -, outlier
-    # pos
+    # decoder state, updated by the kernels: x0, x1, word pos, bit pos, run_pad (read),
+    # -, -, outlier pos
 
     def __post_init__(self) -> None:
         w = self.words
+        if (w.size < self.n_words + self.run_pad + 2
+                or self.low.size < (self.low_len + 7) // 8 + 2 + 3 * self.run_pad):
+            raise ValueError("streams shorter than their padding")
         self.st[0] = (int(w[0]) << 16) | int(w[1])
         self.st[1] = (int(w[2]) << 16) | int(w[3])
         self.st[2] = 4
+        self.st[4] = self.run_pad
 
     def check_end(self) -> None:
         """After decoding: every stream consumed exactly, the rANS states back where the
         encoder started (a damaged stream overruns, stops short or ends elsewhere)."""
         st = self.st
         nbits_left = 8 * self.low_len - int(st[3])
-        if (int(st[2]) != self.words.size or int(st[0]) != RANS_L or int(st[1]) != RANS_L
+        if (int(st[2]) != self.n_words or int(st[0]) != RANS_L or int(st[1]) != RANS_L
                 or not 0 <= nbits_left < 8):
             raise CorruptFileError("entropy-coded streams do not match the data they code")
 
 
-def tables(s: Streams, n_ctx: int) -> Tables:
-    """Parse and validate a window's model and streams."""
+def tables(s: Streams, n_ctx: int, run_pad: int = 0) -> Tables:
+    """Parse and validate a window's model and streams. ``run_pad``: the most points a
+    decoder's run takes (``kernels.core.run_start``); the streams are padded with zeros
+    for it, so that the decoders bound their reads once per run instead of at every
+    point."""
     m = s.model
     if len(m) < _MODEL_HEAD.size:
         raise CorruptFileError("truncated entropy model")
@@ -192,5 +202,8 @@ def tables(s: Streams, n_ctx: int) -> Tables:
         raise CorruptFileError("inconsistent entropy model")
     if len(s.words) % 2 or len(s.words) < 8:
         raise CorruptFileError("truncated entropy-coded data")
-    words = np.frombuffer(s.words, "<u2").astype(np.uint16)
-    return Tables(cmap, kbs, lut, fc, words, words64(s.low), len(s.low))
+    n_words = len(s.words) // 2
+    words = np.zeros(n_words + run_pad + 2, np.uint16)
+    words[:n_words] = np.frombuffer(s.words, "<u2")
+    return Tables(cmap, kbs, lut, fc, words, words64(s.low, 3 * run_pad), len(s.low),
+                  n_words, run_pad)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import sys
 import threading
 
 import numba
@@ -440,6 +441,45 @@ def dense_low(kbs):
     return 2 * m >= kbs.size
 
 
+BITS_PER_POINT = 131   # the most bits of the bit stream one point reads: 62 low bits
+#                        and an escape (6-bit length, up to 63 bits)
+
+
+@inline
+def run_start(wp, bpos, nw, nl, cnt):
+    """The stream positions a decoder's run of ``cnt`` points starts from, bounded so
+    that the run reads inside ``words`` (``nw`` of them; a point reads one, ahead) and
+    ``lw`` (``nl``): the streams are padded for the longest run (``entropy.tables``), so
+    the bounds never move a position of an intact stream (its word position is at most
+    the stream's length, its bit position at most its bits), and a damaged stream's
+    position, moved, stays past the stream's end (the end check fails). ``padded``
+    checks the padding once per call."""
+    wmax = nw - cnt
+    bmax = 64 * (nl - 2) - BITS_PER_POINT * cnt
+    return (wp if wp < wmax else wmax), (bpos if bpos < bmax else bmax)
+
+
+@inline
+def padded(words, lw, st, n):
+    """Whether the streams carry the padding for runs of up to ``n`` points: as
+    ``entropy.tables`` records it in the decoder state (``st[4]``; an intact stream
+    could fail its end check without it), and as their sizes allow (without which
+    ``run_start``'s bounds would not keep the reads inside them)."""
+    return st[4] >= n and words.size >= n + 2 and lw.size >= 3 * n + 2
+
+
+@inline
+def ctx_entries(cmap, kbs):
+    """Per context, its class and the class's low bits in one entry, class << 8 | low
+    bits (< 63; 16 bits): one load where the decoders made two, each waiting on the one
+    before."""
+    ce = np.empty(cmap.size, np.uint16)
+    for j in range(cmap.size):
+        c = np.int64(cmap[j])
+        ce[j] = np.uint16((c << 8) | kbs[c])
+    return ce
+
+
 @jit
 def escape_high(lw, bpos):
     """An escaped high part: 6-bit length, then that many bits (a real call: rare)."""
@@ -453,8 +493,12 @@ def escape_high(lw, bpos):
     return np.uint64(ESC) + v, bpos
 
 
-def words64(data: bytes) -> np.ndarray:
+def words64(data: bytes, extra: int = 0) -> np.ndarray:
     """A bit stream as native uint64 words (little-endian order), padded with two zero
-    words so that ``bits_at`` may always read the word after."""
-    pad = (-len(data)) % 8 + 16
-    return np.frombuffer(data + bytes(pad), "<u8").astype(np.uint64)
+    words so that ``bits_at`` may always read the word after, and ``extra`` more."""
+    n = (len(data) + 7) // 8
+    w = np.zeros(n + 2 + extra, np.uint64)
+    w.view(np.uint8)[:len(data)] = np.frombuffer(data, np.uint8)
+    if sys.byteorder != "little":
+        w.byteswap(inplace=True)
+    return w

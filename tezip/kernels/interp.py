@@ -36,9 +36,11 @@ from .core import (
     MODE_LOG,
     NB,
     OUT,
+    PREC,
     M,
     bits_at,
     bucket,
+    ctx_entries,
     dense_low,
     escape_high,
     exact_value,
@@ -46,9 +48,11 @@ from .core import (
     inline,
     jit,
     log_of_exact,
+    padded,
     quantize,
     rans_next,
     reconstruct,
+    run_start,
     scalar,
     to_out,
     unzigzag,
@@ -289,14 +293,13 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
 
 @inline
 def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
-    of, rf, bf, sf, cmap, kbs, lut, fc, words, lw, outv, outp, dense = arrs
+    of, rf, bf, sf, ce, lut, fc, words, lw, outv, outp, dense = arrs
     i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
     w0, w1, w2, w3 = wts
     step, inv, lo_, hi_ = qp
     x0, x1, wp, bpos, op = state
     nov = outv.size
-    nw1 = words.size - 1
-    nlw = lw.size - 2
+    wp, bpos = run_start(wp, bpos, words.size, lw.size, cnt)
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
@@ -311,11 +314,12 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        c = np.int64(cmap[np.uint64(gb + bucket(var * inv))])
+        e = np.int64(ce[np.uint64(gb + bucket(var * inv))])
+        cb = e & -256       # the class x ALPHABET
         slot = x0 & (M - 1)
-        sym = np.int64(lut[np.uint64(c * M + slot)])
-        x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],
-                               np.int64(words[np.uint64(wp if wp < nw1 else nw1)]), wp)
+        sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
+        x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cb + sym)],
+                               np.int64(words[np.uint64(wp)]), wp)
         hv = np.uint64(sym)
         if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
             if sym == OUT:
@@ -328,19 +332,18 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
                 rf[ui] = r
                 continue
             hv, bpos = escape_high(lw, bpos)
-        kb = kbs[np.uint64(c)]
+        kb = e & 255
         z = hv << np.uint64(kb)
         if dense or kb:     # see core.dense_low
             w = bpos >> 6
-            w = w if w < nlw else nlw
             lo, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
             z |= lo
         o, r = reconstruct(mode, otype, unzigzag(np.int64(z)), pt, step, lo_, hi_, sg)
-        of[ui] = o
-        if mode == MODE_LOG:
-            rf[ui] = r
-        elif has_base:
-            rf[ui] = o - b
+        if mode == MODE_LOG or has_base:
+            of[ui] = o
+            rf[ui] = r if mode == MODE_LOG else o - b
+        else:
+            rf[ui] = o      # rf is out (one pointer fewer held in the loop)
     return x0, x1, wp, bpos, op
 
 
@@ -396,7 +399,11 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
                 else:
                     of[ui] = to_out(finite(b), otype, lo, hi)
                     rf[ui] = of[ui] - b
-    arrs = (of, rf, bf, sf, cmap, kbs, lut, fc, words, lw, outv, outp,
+    if not padded(words, lw, st, W):
+        raise ValueError("interp.decode: streams not padded for runs of W points")
+    if mode != MODE_LOG and base is None and rf.ctypes.data != of.ctypes.data:
+        raise ValueError("interp.decode: rec must be out itself here")  # (``_dec_run``)
+    arrs = (of, rf, bf, sf, ctx_entries(cmap, kbs), lut, fc, words, lw, outv, outp,
             dense_low(kbs))
     o0, o1, o2 = order[0], order[1], order[2]
     while s >= 1:

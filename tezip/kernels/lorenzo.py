@@ -44,19 +44,23 @@ from .core import (
     MODE_LOG,
     NB,
     OUT,
+    PREC,
     M,
     bits_at,
     bucket16,
+    ctx_entries,
     dense_low,
     escape_high,
     exact_value,
     inline,
     ipick,
     jit,
+    padded,
     pick,
     pw_limit,
     rans_next,
     reconstruct,
+    run_start,
     to_out,
     unzigzag,
     within,
@@ -393,12 +397,11 @@ def encode_pq(x, out, sgn, step, e_int, eb, mode, otype, lo, hi, three, codes, c
 
 @inline
 def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
-    of, sf, rg, dtab, kbs, lut, fc, words, lw, outv, outp, dense = arrs
+    of, sf, rg, dtab, lut, fc, words, lw, outv, outp, dense = arrs
     step, inv, e_int, lo, hi = qp
     x0, x1, wp, bpos, op = state
     nov = outv.size
-    nw1 = words.size - 1
-    nlw = lw.size - 2
+    wp, bpos = run_start(wp, bpos, words.size, lw.size, W)
     ra = np.int64(0)
     Wp = W + 2
     nb = _pq_row_start(rg, j0, Wp)
@@ -416,11 +419,12 @@ def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
                 ra = p
                 continue
             sg = 1.0 if sv > 0 else -1.0
-        c = np.int64(dtab[np.uint64(go + s)])
+        e = np.int64(dtab[np.uint64(go + s)])
+        cb = e & -256       # the class x ALPHABET
         slot = x0 & (M - 1)
-        sym = np.int64(lut[np.uint64(c * M + slot)])
-        x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(c * ALPHABET + sym)],
-                               np.int64(words[np.uint64(wp if wp < nw1 else nw1)]), wp)
+        sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
+        x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cb + sym)],
+                               np.int64(words[np.uint64(wp)]), wp)
         hv = np.uint64(sym)
         if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
             if sym == OUT:
@@ -435,11 +439,10 @@ def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
                 of[ui] = v if abs(v) < np.inf else 0.0
                 continue
             hv, bpos = escape_high(lw, bpos)
-        kb = kbs[np.uint64(c)]
+        kb = e & 255
         z = hv << np.uint64(kb)
         if dense or kb:     # see core.dense_low
             w = bpos >> 6
-            w = w if w < nlw else nlw
             low, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
             z |= low
         k = unzigzag(np.int64(z))
@@ -461,11 +464,14 @@ def decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut,
     of = out.ravel()
     sf = sgn.ravel()
     rg = np.zeros(3 * (H + 1) * (W + 2), np.int64)
+    if not padded(words, lw, st, W):
+        raise ValueError("lorenzo.decode_pq: streams not padded for rows of W points")
     ctab = _ctx_table()
-    dtab = np.empty(ctab.size, np.uint8)
+    ce = ctx_entries(cmap, kbs)
+    dtab = np.empty(ctab.size, np.uint16)    # context table entry -> ``ctx_entries``
     for s in range(ctab.size):
-        dtab[s] = cmap[np.int64(ctab[s])]
-    arrs = (of, sf, rg, dtab, kbs, lut, fc, words, lw, outv, outp, dense_low(kbs))
+        dtab[s] = ce[np.int64(ctab[s])]
+    arrs = (of, sf, rg, dtab, lut, fc, words, lw, outv, outp, dense_low(kbs))
     qp = (step, 1.0 / step, e_int, lo, hi)
     x0 = st[0]
     x1 = st[1]
