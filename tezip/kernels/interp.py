@@ -36,10 +36,11 @@ from .core import (
     MODE_LOG,
     NB,
     OUT,
+    OUT_F64,
     PREC,
     M,
     bits_at,
-    bucket,
+    bucket16,
     ctx_entries,
     dense_low,
     escape_high,
@@ -132,7 +133,7 @@ def _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x, cubic, grp):
 
 
 @inline
-def _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, finite_rf):
+def _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, finite_rf, narrow):
     """Prediction and local variation of point i. ``lin`` (a constant at each call site,
     so that each loop compiles with one branch only): the linear taps, whose weighted
     sum is the general one term for term (the 0-weighted taps read the same two values),
@@ -145,16 +146,29 @@ def _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, finite_rf):
     value or a finite placeholder (a float32 placeholder may round to infinity: that
     and a NaN prediction give the same outlier codes and values, as the prediction of
     a point next to it is then no bound's match either way), log-domain values are
-    logarithms; with a base, rf holds x - base and may not be finite."""
+    logarithms; with a base, rf holds x - base and may not be finite. ``narrow`` (a
+    constant): rf's values are those of a float32 or an integer, or logarithms, and then
+    that sum is (a + r) x 0.5, bit for bit, one multiplication fewer: a + r cannot
+    overflow nor 0.5 a and 0.5 r lose a bit (only float64 values come near either), so
+    both are the exact half of a + r rounded once."""
     a = np.float64(rf[np.uint64(i - sd)])
     if lin:
         r = np.float64(rf[np.uint64(i + sd)])
+        if finite_rf and narrow:
+            return (a + r) * 0.5, abs(a - r)
         if finite_rf:
             return 0.5 * a + 0.5 * r, abs(a - r)
         return ((0.0 * a + 0.5 * a) + 0.5 * r) + 0.0 * r, abs(a - r)
     p = (w0 * np.float64(rf[np.uint64(i + o0)]) + w1 * a
          + w2 * np.float64(rf[np.uint64(i + o2)]) + w3 * np.float64(rf[np.uint64(i + o3)]))
     return p, abs(a - np.float64(rf[np.uint64(i + ov)]))
+
+
+# ``_inv16``: the buckets of var / step are ``bucket16`` of var x (16 x inv), which is
+# 16 x (var x inv) bit for bit (a power of two times the one rounding, one multiplication
+# fewer): 16 inv stays finite (steps are at least 2^-1006, ``quantize._MIN_FLOAT_EB``
+# and the level factors), and past the float range or below the normal one both give the
+# same bucket (the top one, or 0).
 
 
 @scalar
@@ -176,11 +190,12 @@ def _enc_run(mode, otype, arrs, has_base, geo, wts, lin, qp, n, no):
     xf, bf, of, rf, sf, codes, ctx, outp = arrs
     i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
     w0, w1, w2, w3 = wts
-    step, inv, e_int, eb, lo, hi = qp
+    step, inv, e_int, eb, lo, hi, inv16 = qp
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
-        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, not has_base)
+        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, not has_base,
+                          mode == MODE_LOG or otype != OUT_F64)
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -191,13 +206,16 @@ def _enc_run(mode, otype, arrs, has_base, geo, wts, lin, qp, n, no):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        ctx[np.uint64(n)] = gb + bucket(var * inv)
+        ctx[np.uint64(n)] = gb + bucket16(var * inv16)
         xo = np.float64(xf[ui])
         k, o, r, ok = quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg)
         if ok:
             codes[np.uint64(n)] = k
-            of[ui] = o
-            rf[ui] = r if mode == MODE_LOG else o - b
+            if mode == MODE_LOG or has_base:
+                of[ui] = o
+                rf[ui] = r if mode == MODE_LOG else o - b
+            else:
+                rf[ui] = o      # rf is out: one store, not two to the same place
         else:
             codes[np.uint64(n)] = FLAG
             outp[np.uint64(no)] = i
@@ -225,6 +243,8 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
     sf = sgn.ravel()
     has_base = base is not None
     bf = base.ravel() if base is not None else rf
+    if mode != MODE_LOG and base is None and rf.ctypes.data != of.ctypes.data:
+        raise ValueError("interp.encode: rec must be out itself here")  # (``_enc_run``)
     n = n0
     no = no0
     HW = H * W
@@ -260,7 +280,7 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
         step = steps[lvl]
         inv = 1.0 / step
         e_int = eints[lvl]
-        qp = (step, inv, e_int, eb, lo, hi)
+        qp = (step, inv, e_int, eb, lo, hi, inv * 16.0)  # see ``_inv16``
         grp = G_L1 if lvl == 1 else (G_L2 if lvl == 2 else G_COARSE)
         for oi in range(3):
             d = o0 if oi == 0 else (o1 if oi == 1 else o2)
@@ -296,14 +316,15 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
     of, rf, bf, sf, ce, lut, fc, words, lw, outv, outp, dense = arrs
     i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
     w0, w1, w2, w3 = wts
-    step, inv, lo_, hi_ = qp
+    step, inv, lo_, hi_, inv16 = qp
     x0, x1, wp, bpos, op = state
     nov = outv.size
     wp, bpos = run_start(wp, bpos, words.size, lw.size, cnt)
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
-        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, not has_base)
+        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, not has_base,
+                          mode == MODE_LOG or otype != OUT_F64)
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -314,7 +335,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        e = np.int64(ce[np.uint64(gb + bucket(var * inv))])
+        e = np.int64(ce[np.uint64(gb + bucket16(var * inv16))])
         cb = e & -256       # the class x ALPHABET
         slot = x0 & (M - 1)
         sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
@@ -409,7 +430,7 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
     while s >= 1:
         step = steps[lvl]
         inv = 1.0 / step
-        qp = (step, inv, lo, hi)
+        qp = (step, inv, lo, hi, inv * 16.0)
         grp = G_L1 if lvl == 1 else (G_L2 if lvl == 2 else G_COARSE)
         for oi in range(3):
             d = o0 if oi == 0 else (o1 if oi == 1 else o2)
