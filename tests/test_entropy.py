@@ -182,7 +182,7 @@ def test_decoders_read_low_bits_both_ways(predictor):
             p = payload.unpack(f._payload(i), limits)
             n_ctx = interp.N_CTX if predictor == "interp" else lorenzo.N_CTX
             tb = entropy.tables(entropy.Streams(p.sections["model"], p.sections["words"],
-                                                p.sections["low"]), n_ctx)
+                                                p.sections["low"]), n_ctx, 0)
             seen.add(bool(dense_low(tb.kbs)))
         y = tezip.decompress(blob, threads=1)
         assert np.abs(y.astype(np.float64) - x).max() <= bound * float(np.ptp(x))
@@ -231,6 +231,45 @@ def test_decoders_bound_their_reads_once_per_run(predictor):
         decode(bad)
         with pytest.raises(CorruptFileError):
             bad.check_end()
+
+
+@pytest.mark.parametrize("predictor", ["interp", "spatial", "lorenzo"])
+def test_frames_wider_than_a_chunk_decode_with_a_chunk_of_padding(predictor, monkeypatch):
+    """Rows wider than RUN_CHUNK are decoded in chunks, each bounded on its own, so the
+    streams are padded for RUN_CHUNK points whatever the width (for the width, a window of
+    frames of millions of columns took hundreds of MB more), and bit-exact windows, whose
+    decoders bound every read, are not padded."""
+    import tezip
+    from tezip.kernels.consts import RUN_CHUNK
+
+    pads = []
+    real = entropy.tables
+
+    def spy(s, n_ctx, run_pad):
+        pads.append(run_pad)
+        t = real(s, n_ctx, run_pad)
+        assert t.words.size == t.n_words + run_pad + 2
+        return t
+
+    monkeypatch.setattr(entropy, "tables", spy)
+    w = 2 * RUN_CHUNK + 5
+    rng = np.random.default_rng(7)
+    x = np.cumsum(rng.standard_normal((3, 2, w)), axis=2).astype(np.float32)
+    x[1, 1, RUN_CHUNK + 3] = 1e6                    # an outlier in the second chunk
+    for bound in (1e-2, 1e-6):
+        blob = tezip.compress(x, mode="rel", bound=bound, predictor=predictor, threads=1)
+        y = tezip.decompress(blob, threads=1)
+        assert np.abs(y.astype(np.float64) - x).max() <= bound * float(np.ptp(x))
+    assert pads and set(pads) == {RUN_CHUNK}
+    pads.clear()
+    narrow = x[:, :, :50]
+    blob = tezip.compress(narrow, mode="rel", bound=1e-3, predictor=predictor, threads=1)
+    tezip.decompress(blob, threads=1)
+    assert set(pads) == {50}
+    pads.clear()
+    blob = tezip.compress(x, mode="lossless", predictor="classical", threads=1)
+    assert np.array_equal(tezip.decompress(blob, threads=1), x)
+    assert set(pads) <= {0}
 
 
 def test_context_buckets_are_the_half_octaves_of_the_definition():
@@ -294,9 +333,9 @@ def test_models_whose_frequencies_do_not_sum_to_m_are_refused(freqs):
     model = (struct.pack("<HB", 4, 1) + bytes(4)
              + zstandard.ZstdCompressor().compress(body))
     with pytest.raises(CorruptFileError, match="inconsistent entropy model"):
-        entropy.tables(entropy.Streams(model, bytes(16), b""), 4)
+        entropy.tables(entropy.Streams(model, bytes(16), b""), 4, 0)
     good = b"\x00" + _varint(2) + _varint(M - 1) + _varint(1)
     model = struct.pack("<HB", 4, 1) + bytes(4) + zstandard.ZstdCompressor().compress(good)
-    t = entropy.tables(entropy.Streams(model, bytes(16), b""), 4)
+    t = entropy.tables(entropy.Streams(model, bytes(16), b""), 4, 0)
     assert (t.lut[:M - 1] == 0).all() and t.lut[M - 1] == 1
     assert t.fc[0] == (M - 1) << 32 and t.fc[1] == (1 << 32) | (M - 1)

@@ -158,6 +158,6 @@ def test_an_entropy_model_declaring_a_huge_table_is_refused_before_allocating():
     model = struct.pack("<HB", n_ctx, 1) + bytes(n_ctx) + frame
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(CorruptFileError, match="declares"):
-        entropy.tables(entropy.Streams(model, bytes(8), b""), n_ctx)
+        entropy.tables(entropy.Streams(model, bytes(8), b""), n_ctx, 0)
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mb < 64, grown_mb

@@ -27,7 +27,7 @@ from . import predictors
 from .checksum import crc32
 from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
-from .kernels.consts import MODE_LOG
+from .kernels.consts import MODE_LOG, RUN_CHUNK
 from .quantize import ErrorBound, Quantizer, QuantParams, check_dtype, quantizer, resolve
 from .windows import MAX_WINDOW_VALUES, dynamic_windows, fixed_windows, window_length
 
@@ -530,8 +530,10 @@ def _decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
     if p.sections["planes"]:
         raise CorruptFileError("unexpected planes section")
     quant = quantizer(qp)
+    # the bit-exact decoders bound every read: their streams need no padding
+    run_pad = 0 if qp.kind == "bits" else min(shape[2], RUN_CHUNK)
     tables = entropy.tables(entropy.Streams(p.sections["model"], p.sections["words"],
-                                            p.sections["low"]), pred.n_ctx, shape[2])
+                                            p.sections["low"]), pred.n_ctx, run_pad)
     if qp.kind == "bits":
         if n_out or p.sections["outliers"] or p.sections["masks"]:
             raise CorruptFileError("unexpected sections in a bit-exact window")

@@ -179,11 +179,11 @@ class Tables:
             raise CorruptFileError("entropy-coded streams do not match the data they code")
 
 
-def tables(s: Streams, n_ctx: int, run_pad: int = 0) -> Tables:
+def tables(s: Streams, n_ctx: int, run_pad: int) -> Tables:
     """Parse and validate a window's model and streams. ``run_pad``: the most points a
-    decoder's run takes (``kernels.core.run_start``); the streams are padded with zeros
-    for it, so that the decoders bound their reads once per run instead of at every
-    point."""
+    fused decoder takes between bounds on its stream positions (``kernels.core.
+    run_start``: min(frame width, RUN_CHUNK); 0 for decoders that bound every read);
+    the streams are padded with zeros for it (about 26 bytes a point)."""
     m = s.model
     if len(m) < _MODEL_HEAD.size:
         raise CorruptFileError("truncated entropy model")

@@ -20,3 +20,7 @@ ESC = 254            # the high part does not fit: the rest follows in the escap
 OUT = 255            # an outlier: its value follows, exactly, in the outlier stream
 
 NB = 24              # activity buckets per context group (half octaves)
+
+RUN_CHUNK = 4096     # the most points a fused decoder reads without bounding its stream
+#                      positions again (``core.run_start``); streams are padded for
+#                      min(frame width, RUN_CHUNK) points

@@ -214,6 +214,7 @@ from .consts import (  # noqa: E402,F401 (re-exported for the kernels)
     OUT_INT,
     PREC,
     RANS_L,
+    RUN_CHUNK,
     M,
 )
 
@@ -461,7 +462,9 @@ def run_start(wp, bpos, nw, nl, cnt):
 
 @inline
 def padded(words, lw, st, n):
-    """Whether the streams carry the padding for runs of up to ``n`` points: as
+    """Whether the streams carry the padding for runs of up to ``n`` points (the frame
+    width, or RUN_CHUNK for wider frames: the decoders bound their positions again every
+    RUN_CHUNK points, so the padding stays small): as
     ``entropy.tables`` records it in the decoder state (``st[4]``; an intact stream
     could fail its end check without it), and as their sizes allow (without which
     ``run_start``'s bounds would not keep the reads inside them)."""

@@ -38,6 +38,7 @@ from .core import (
     OUT,
     OUT_F64,
     PREC,
+    RUN_CHUNK,
     M,
     bits_at,
     bucket16,
@@ -420,8 +421,8 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
                 else:
                     of[ui] = to_out(finite(b), otype, lo, hi)
                     rf[ui] = of[ui] - b
-    if not padded(words, lw, st, W):
-        raise ValueError("interp.decode: streams not padded for runs of W points")
+    if not padded(words, lw, st, min(W, RUN_CHUNK)):
+        raise ValueError("interp.decode: streams not padded for its runs")
     if mode != MODE_LOG and base is None and rf.ctypes.data != of.ctypes.data:
         raise ValueError("interp.decode: rec must be out itself here")  # (``_dec_run``)
     arrs = (of, rf, bf, sf, ctx_entries(cmap, kbs), lut, fc, words, lw, outv, outp,
@@ -447,14 +448,20 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
                     while True:
                         geo, wts, lin = _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x,
                                              cubic, grp)
-                        if lin:
-                            x0, x1, wp, bpos, op = _dec_run(mode, otype, arrs, has_base, geo,
-                                                            wts, True, qp,
-                                                            (x0, x1, wp, bpos, op))
-                        else:
-                            x0, x1, wp, bpos, op = _dec_run(mode, otype, arrs, has_base, geo,
-                                                            wts, False, qp,
-                                                            (x0, x1, wp, bpos, op))
+                        i0, left = geo[0], geo[1]
+                        while left > 0:     # in chunks of at most RUN_CHUNK points
+                            m = min(left, RUN_CHUNK)
+                            g = (i0, m) + geo[2:]
+                            if lin:
+                                x0, x1, wp, bpos, op = _dec_run(
+                                    mode, otype, arrs, has_base, g, wts, True, qp,
+                                    (x0, x1, wp, bpos, op))
+                            else:
+                                x0, x1, wp, bpos, op = _dec_run(
+                                    mode, otype, arrs, has_base, g, wts, False, qp,
+                                    (x0, x1, wp, bpos, op))
+                            i0 += m * geo[2]
+                            left -= m
                         c += geo[1] * 2 * s
                         if d != 2 or c >= W:
                             break
