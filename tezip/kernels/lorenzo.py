@@ -405,55 +405,55 @@ def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
     ra = np.int64(0)
     Wp = W + 2
     nb = _pq_row_start(rg, j0, Wp)
-    for c0 in range(0, W, RUN_CHUNK):       # chunks of at most RUN_CHUNK points
-        c1 = min(W, c0 + RUN_CHUNK)
-        wp, bpos = run_start(wp, bpos, words.size, lw.size, c1 - c0)
-        for xx in range(c0, c1):
-            i = row + xx
-            ui = np.uint64(i)
-            uj = np.uint64(j0 + xx)
-            p, s, nb = _pq_pred(rg, j0 + xx, dp, ra, Wp, nb, three)
-            sg = 1.0
-            if mode == MODE_LOG:
-                sv = sf[ui]
-                if sv == 2 or sv == -2:
-                    of[ui] = 0.0 if sv > 0 else -0.0
-                    rg[uj] = p << 8
-                    ra = p
-                    continue
-                sg = 1.0 if sv > 0 else -1.0
-            e = np.int64(dtab[np.uint64(go + s)])
-            cb = e & -256       # the class x ALPHABET
-            slot = x0 & (M - 1)
-            sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
-            x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cb + sym)],
-                                   np.int64(words[np.uint64(wp)]), wp)
-            hv = np.uint64(sym)
-            if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
-                if sym == OUT:
-                    v = outv[np.uint64(op)] if op < nov else 0.0
-                    if op < nov:
-                        outp[np.uint64(op)] = i
-                    op += 1
-                    g, has = grid(mode, v, inv, e_int)
-                    gi = ipick(has, np.int64(pick(has, g, 0.0)), p)
-                    rg[uj] = (gi << 8) | 255
-                    ra = gi
-                    of[ui] = v if abs(v) < np.inf else 0.0
-                    continue
-                hv, bpos = escape_high(lw, bpos)
-            kb = e & 255
-            z = hv << np.uint64(kb)
-            if dense or kb:     # see core.dense_low
-                w = bpos >> 6
-                low, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
-                z |= low
-            k = unzigzag(np.int64(z))
-            gi = p + k
-            ra = gi
-            ak = abs(k)
-            rg[uj] = (gi << 8) | (ak if ak < 255 else 255)
-            of[ui] = from_grid(mode, otype, np.float64(gi), step, lo, hi, sg)
+    for xx in range(W):
+        if (xx & (RUN_CHUNK - 1)) == 0:    # chunks of RUN_CHUNK points (a loop over
+            #                                chunks measured 5-8% slower than this test)
+            wp, bpos = run_start(wp, bpos, words.size, lw.size, min(RUN_CHUNK, W - xx))
+        i = row + xx
+        ui = np.uint64(i)
+        uj = np.uint64(j0 + xx)
+        p, s, nb = _pq_pred(rg, j0 + xx, dp, ra, Wp, nb, three)
+        sg = 1.0
+        if mode == MODE_LOG:
+            sv = sf[ui]
+            if sv == 2 or sv == -2:
+                of[ui] = 0.0 if sv > 0 else -0.0
+                rg[uj] = p << 8
+                ra = p
+                continue
+            sg = 1.0 if sv > 0 else -1.0
+        e = np.int64(dtab[np.uint64(go + s)])
+        cb = e & -256       # the class x ALPHABET
+        slot = x0 & (M - 1)
+        sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
+        x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cb + sym)],
+                               np.int64(words[np.uint64(wp)]), wp)
+        hv = np.uint64(sym)
+        if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
+            if sym == OUT:
+                v = outv[np.uint64(op)] if op < nov else 0.0
+                if op < nov:
+                    outp[np.uint64(op)] = i
+                op += 1
+                g, has = grid(mode, v, inv, e_int)
+                gi = ipick(has, np.int64(pick(has, g, 0.0)), p)
+                rg[uj] = (gi << 8) | 255
+                ra = gi
+                of[ui] = v if abs(v) < np.inf else 0.0
+                continue
+            hv, bpos = escape_high(lw, bpos)
+        kb = e & 255
+        z = hv << np.uint64(kb)
+        if dense or kb:     # see core.dense_low
+            w = bpos >> 6
+            low, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
+            z |= low
+        k = unzigzag(np.int64(z))
+        gi = p + k
+        ra = gi
+        ak = abs(k)
+        rg[uj] = (gi << 8) | (ak if ak < 255 else 255)
+        of[ui] = from_grid(mode, otype, np.float64(gi), step, lo, hi, sg)
     return x0, x1, wp, bpos, op
 
 
