@@ -23,13 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from . import predictors
+from . import allocator, predictors
 from .checksum import crc32
 from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
 from .kernels.consts import MODE_LOG, RUN_CHUNK
 from .quantize import ErrorBound, Quantizer, QuantParams, check_dtype, quantizer, resolve
 from .windows import MAX_WINDOW_VALUES, dynamic_windows, fixed_windows, window_length
+
+# the allocator keeps the windows' buffers between windows (``allocator``: a quarter of the
+# encoding time went to page faults)
+allocator.configure()
 
 __version__ = "0.3.0"
 DEFAULT_WINDOW = 32
