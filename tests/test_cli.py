@@ -191,3 +191,20 @@ def test_version_and_help():
     assert tezip.__version__ in run("--version").stdout
     for cmd in ("compress", "decompress", "info", "verify", "bench"):
         assert "Usage" in run(cmd, "--help").stdout
+
+
+def test_help_and_info_start_without_the_compiled_kernels(tmp_path):
+    """``--help`` and ``info`` import neither numba (about 0.4 s of start-up, and its
+    first use about 0.5 s more) nor torch: the command line's modules take zstd from
+    ``tezip.zstd_util``, not from the entropy coder."""
+    tez = tmp_path / "a.tez"
+    tez.write_bytes(tezip.compress(smooth_stack((4, 16, 16)), mode="abs", bound=1e-3))
+    code = ("import sys\n"
+            "from tezip.cli import main\n"
+            "assert main(sys.argv[1:]) == 0\n"
+            "print(sorted({'numba', 'torch'} & set(sys.modules)))\n")
+    for args in (["--help"], ["info", str(tez)], ["info", str(tez), "--json"]):
+        p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.strip().splitlines()[-1] == "[]", (args, p.stdout)

@@ -947,7 +947,7 @@ class TezFile:
                                     and _SHA256.fullmatch(self.model_hash)):
             raise bad      # a learned window would name this hash in its messages
         self._starts = np.array([e.t0 for e in entries], np.int64)
-        self._learned: Any = None
+        self._learned_model: Any = None
         self._learned_error: Exception | None = None
         if self.version >= 2 and self.model_hash is not None:
             self._resolve_learned()
@@ -955,7 +955,6 @@ class TezFile:
     def _resolve_learned(self) -> None:
         """The file's model: embedded, shipped (by hash), or the one given as ``model``."""
         from .learned import registry
-        from .predictors.learned import for_model
 
         h = self.model_hash
         if self._c.model_bytes is not None:
@@ -977,7 +976,17 @@ class TezFile:
                     f"{self._c.name} was coded with a learned model ({h[:16]}) that is "
                     "neither in the file nor shipped with this tezip; pass it with --model")
                 return
-        self._learned = for_model(m)
+        self._learned_model = m
+
+    @property
+    def _learned(self) -> Any:
+        """The predictor of the file's model (None without one), made when a window is
+        decoded: opening a file (``tezip info``) does not load the compiled kernels."""
+        if self._learned_model is None:
+            return None
+        from .predictors.learned import for_model
+
+        return for_model(self._learned_model)
 
     @property
     def n_windows(self) -> int:

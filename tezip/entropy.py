@@ -10,16 +10,15 @@ window checksum rejects, never anything worse.
 from __future__ import annotations
 
 import struct
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
-import zstandard
 
 from .errors import CorruptFileError
 from .kernels import entropy as K
 from .kernels.consts import ALPHABET, FLAG, RANS_L
 from .kernels.core import words64
+from .zstd_util import unzstd_at_most, zstd
 
 _MODEL_HEAD = struct.Struct("<HB")
 # zstd level of the entropy model: level 9 makes it 5-14% smaller than level 3, for a
@@ -31,55 +30,6 @@ _MODEL_HEAD = struct.Struct("<HB")
 _MODEL_CHEAP = 2048
 _MODEL_SMALL = 4096
 _MODEL_SHARE = 16
-
-
-_LOCAL = threading.local()   # per thread: zstd contexts are not thread-safe
-
-
-def _compressor(level: int) -> zstandard.ZstdCompressor:
-    """This thread's compressor at ``level`` (making one costs 20-35 us, a few times per
-    window; one-shot compression with a reused context gives the same bytes)."""
-    cache = getattr(_LOCAL, "c", None)
-    if cache is None:
-        cache = _LOCAL.c = {}
-    c = cache.get(level)
-    if c is None:
-        c = cache[level] = zstandard.ZstdCompressor(level=level)
-    return c
-
-
-def zstd(data: bytes, level: int = 3) -> bytes:
-    return _compressor(level).compress(data) if data else b""
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    d = getattr(_LOCAL, "d", None)
-    if d is None:
-        d = _LOCAL.d = zstandard.ZstdDecompressor()
-    return d
-
-
-def unzstd_at_most(data: bytes, cap: int, what: str = "compressed section") -> bytes:
-    """zstd-decompress ``data`` that may give at most ``cap`` bytes; anything else (damage,
-    a frame that declares more: zstd allocates what a frame header declares before
-    looking at ``max_output_size``) is a CorruptFileError about ``what``."""
-    try:
-        declared = zstandard.frame_content_size(data)
-        if declared > cap:
-            raise CorruptFileError(f"damaged {what} (declares {declared} bytes, at most "
-                                   f"{cap} expected)")
-        return _decompressor().decompress(data, max_output_size=cap)
-    except (zstandard.ZstdError, MemoryError) as exc:
-        raise CorruptFileError(f"damaged {what} ({exc})") from None
-
-
-def unzstd_exact(data: bytes, size: int) -> bytes:
-    """``unzstd_at_most`` of ``data`` that must give exactly ``size`` bytes."""
-    out = unzstd_at_most(data, size)
-    if len(out) != size:
-        raise CorruptFileError(f"damaged compressed section ({len(out)} bytes, {size} "
-                               "expected)")
-    return out
 
 
 @dataclass

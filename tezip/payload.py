@@ -21,8 +21,8 @@ import math
 import struct
 from dataclasses import dataclass
 
-from .entropy import unzstd_exact, zstd
 from .errors import CorruptFileError
+from .zstd_util import unzstd_exact, zstd
 
 SECTIONS = ("model", "words", "low", "outliers", "masks", "planes")
 _BASE = 5                 # sections every payload lists; the later ones only when used

@@ -21,8 +21,8 @@ from typing import Any
 
 import zstandard
 
-from tezip.entropy import unzstd_exact
 from tezip.errors import CorruptFileError, InputError, OptionError, OutputError
+from tezip.zstd_util import unzstd_exact
 
 KEY = "hdf5_file"                 # the metadata key the record lives under
 STREAM_ATTR = "tezip_stream"      # marks a uint8 dataset holding a whole .tez stream

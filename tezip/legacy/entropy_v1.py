@@ -29,8 +29,8 @@ import constriction
 import numpy as np
 import zstandard
 
-from ..entropy import unzstd_exact
 from ..errors import CorruptFileError
+from ..zstd_util import unzstd_exact
 
 ESCAPE = 4096
 MIN_CLASS = 2048

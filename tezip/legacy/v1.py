@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..entropy import unzstd_exact
 from ..errors import CorruptFileError, DecodeMismatchError, OptionError
 from ..quantize import QuantParams
+from ..zstd_util import unzstd_exact
 from . import quant_v1 as quantize
 
 _META_LEN = struct.Struct("<I")

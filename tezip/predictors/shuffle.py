@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from ..entropy import unzstd_exact
 from ..errors import CorruptFileError
+from ..zstd_util import unzstd_exact
 
 TRANSFORMS = ("raw", "space", "time")
 LEVEL = 3                     # zstd level of the planes: 5-9 gain 0.1-0.4% at 1.5-2x the time
