@@ -208,3 +208,31 @@ def test_help_and_info_start_without_the_compiled_kernels(tmp_path):
                            text=True, timeout=300)
         assert p.returncode == 0, p.stderr
         assert p.stdout.strip().splitlines()[-1] == "[]", (args, p.stdout)
+
+
+def test_coding_commands_skip_numbas_blas_probe_but_the_library_does_not(tmp_path):
+    """The command line's own process lets numba's first use skip importing scipy.linalg
+    (``kernels.skip_blas_probe``: 0.3-0.45 s of start-up); the command still codes, and a
+    program that imports tezip keeps numba's BLAS (its own np.dot still uses it)."""
+    x = smooth_stack((4, 16, 16))
+    np.save(tmp_path / "a.npy", x)
+    cli = ("import sys\n"
+           "from tezip.cli import main\n"
+           "assert main(sys.argv[1:]) == 0\n"
+           "import numba.np.arraymath as am\n"
+           "print(['scipy.linalg' in sys.modules, am._HAVE_BLAS])\n")
+    p = subprocess.run([sys.executable, "-c", cli, "compress", str(tmp_path / "a.npy"),
+                        str(tmp_path / "a.tez"), "--mode", "abs", "--bound", "1e-3"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "[False, False]"
+    check_bound(x, tezip.decompress(str(tmp_path / "a.tez")), "abs", 1e-3)
+    lib = ("import sys, numpy as np, tezip\n"
+           "x = np.load(sys.argv[1])\n"
+           "tezip.decompress(tezip.compress(x, mode='abs', bound=1e-3))\n"
+           "import numba.np.arraymath as am\n"
+           "print(am._HAVE_BLAS)\n")
+    p = subprocess.run([sys.executable, "-c", lib, str(tmp_path / "a.npy")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "True"

@@ -559,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import kernels  # no numba import: just where the notice is set
 
     kernels.on_slow_compile = _compiling_notice
+    kernels.skip_blas_probe = True      # this process runs no numba code but tezip's
     try:
         cli.main(args=argv, prog_name="tezip", standalone_mode=False)
     except TezipError as exc:

@@ -31,8 +31,8 @@ from .kernels.consts import MODE_LOG, RUN_CHUNK
 from .quantize import ErrorBound, Quantizer, QuantParams, check_dtype, quantizer, resolve
 from .windows import MAX_WINDOW_VALUES, dynamic_windows, fixed_windows, window_length
 
-# the allocator keeps the windows' buffers between windows (``allocator``: a quarter of the
-# encoding time went to page faults)
+# the allocator keeps the windows' buffers between windows (``allocator``: in some
+# processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
 __version__ = "0.3.0"

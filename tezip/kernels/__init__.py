@@ -21,3 +21,12 @@ from collections.abc import Callable
 # so that a user knows what the wait is; None (library use): silent.
 on_slow_compile: Callable[[], None] | None = None
 SLOW_COMPILE = 2.0
+
+# Set by the command line, in its own process, before any kernel module is imported:
+# numba's first compile or cache load imports ``numba.np.arraymath``, which imports
+# scipy.linalg (installed with scikit-image) only to learn whether BLAS is there for
+# np.dot and np.correlate; no tezip kernel uses them, and the import took 0.3-0.45 s
+# of every coding command's 1.4 s here. ``core`` then imports arraymath with that probe
+# failing (numba falls back to its own loops for those functions in this process). Off
+# for library use: a user's own numba code keeps BLAS.
+skip_blas_probe = False

@@ -21,6 +21,26 @@ from numba import typeof
 from numba.core import types
 from numba.extending import intrinsic
 
+from . import skip_blas_probe as _skip_blas_probe
+
+
+def _arraymath_without_blas_probe() -> None:
+    """Import ``numba.np.arraymath`` with scipy's BLAS module unimportable for the length
+    of that import (see ``kernels.skip_blas_probe``), then importable again."""
+    name = "scipy.linalg.cython_blas"
+    if name in sys.modules or "numba.np.arraymath" in sys.modules:
+        return
+    sys.modules[name] = None        # an import of it raises ImportError
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        if name in sys.modules and sys.modules[name] is None:
+            del sys.modules[name]
+
+
+if _skip_blas_probe:
+    _arraymath_without_blas_probe()
+
 
 def sources_stamp(folder: str) -> bytes:
     """A digest of every module in ``folder``: the regular files named ``*.py`` (an
