@@ -210,23 +210,31 @@ def test_help_and_info_start_without_the_compiled_kernels(tmp_path):
         assert p.stdout.strip().splitlines()[-1] == "[]", (args, p.stdout)
 
 
-def test_coding_commands_skip_numbas_blas_probe_but_the_library_does_not(tmp_path):
-    """The command line's own process lets numba's first use skip importing scipy.linalg
-    (``kernels.skip_blas_probe``: 0.3-0.45 s of start-up); the command still codes, and a
-    program that imports tezip keeps numba's BLAS (its own np.dot still uses it)."""
+def test_the_program_skips_numbas_blas_probe_but_library_use_does_not(tmp_path):
+    """The ``tezip`` program, in a process of its own, lets numba's first use skip
+    importing scipy.linalg (``kernels.skip_blas_probe``: 0.3-0.45 s of start-up) and
+    still codes; a program that calls ``cli.main`` or imports tezip keeps numba's BLAS."""
     x = smooth_stack((4, 16, 16))
     np.save(tmp_path / "a.npy", x)
     cli = ("import sys\n"
-           "from tezip.cli import main\n"
-           "assert main(sys.argv[1:]) == 0\n"
+           "from tezip.cli import {}\n"
+           "sys.argv[1:] = sys.argv[2:]\n"
+           "assert {}() == 0\n"
            "import numba.np.arraymath as am\n"
            "print(['scipy.linalg' in sys.modules, am._HAVE_BLAS])\n")
-    p = subprocess.run([sys.executable, "-c", cli, "compress", str(tmp_path / "a.npy"),
-                        str(tmp_path / "a.tez"), "--mode", "abs", "--bound", "1e-3"],
-                       capture_output=True, text=True, timeout=600)
+    args = ["compress", str(tmp_path / "a.npy"), str(tmp_path / "a.tez"), "--mode", "abs",
+            "--bound", "1e-3", "--force"]
+    # the program's entry point (console script, python -m tezip) skips the probe ...
+    p = subprocess.run([sys.executable, "-c", cli.format("console_main", "console_main"),
+                        "x", *args], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "[False, False]"
     check_bound(x, tezip.decompress(str(tmp_path / "a.tez")), "abs", 1e-3)
+    # ... main() called from a program (a notebook, a test) does not
+    p = subprocess.run([sys.executable, "-c", cli.format("main", "(lambda: main(sys.argv[1:]))"),
+                        "x", *args], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1].endswith(", True]")
     lib = ("import sys, numpy as np, tezip\n"
            "x = np.load(sys.argv[1])\n"
            "tezip.decompress(tezip.compress(x, mode='abs', bound=1e-3))\n"

@@ -554,12 +554,22 @@ def _compiling_notice() -> None:
                    "machine, cached afterwards; this can take a minute)", err=True)
 
 
+def console_main() -> int:
+    """The ``tezip`` program (its console script, ``python -m tezip``): ``main`` in a
+    process of its own, which runs no numba code but tezip's, so numba's first use there
+    skips its probe for BLAS (``kernels.skip_blas_probe``). ``main`` called from a program
+    leaves numba as it is."""
+    from . import kernels
+
+    kernels.skip_blas_probe = True
+    return main()
+
+
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("TEZIP_DEBUG"))
     from . import kernels  # no numba import: just where the notice is set
 
     kernels.on_slow_compile = _compiling_notice
-    kernels.skip_blas_probe = True      # this process runs no numba code but tezip's
     try:
         cli.main(args=argv, prog_name="tezip", standalone_mode=False)
     except TezipError as exc:
