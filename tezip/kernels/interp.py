@@ -314,18 +314,25 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
 
 @inline
 def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
-    of, rf, bf, sf, ce, lut, fc, words, lw, outv, outp, dense = arrs
+    of, rf, bf, sf, ce, lut, fc, words, lw, outv, outp, dense, pb, eb = arrs
     i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
     w0, w1, w2, w3 = wts
     step, inv, lo_, hi_, inv16 = qp
     x0, x1, wp, bpos, op = state
     nov = outv.size
+    # the run's predictions and context entries first, in a loop of their own: no point
+    # of a run is a neighbour of another (they read the coarser grid only), and the
+    # loop that decodes holds fewer values (its rANS states stayed in registers)
+    for j in range(cnt):
+        p, var = _predict(rf, i0 + j * istep, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin,
+                          not has_base, mode == MODE_LOG or otype != OUT_F64)
+        pb[j] = p
+        eb[j] = ce[np.uint64(gb + bucket16(var * inv16))]
     wp, bpos = run_start(wp, bpos, words.size, lw.size, cnt)
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
-        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, not has_base,
-                          mode == MODE_LOG or otype != OUT_F64)
+        p = pb[j]
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -336,7 +343,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        e = np.int64(ce[np.uint64(gb + bucket16(var * inv16))])
+        e = np.int64(eb[j])
         cb = e & -256       # the class x ALPHABET
         slot = x0 & (M - 1)
         sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
@@ -425,8 +432,10 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
         raise ValueError("interp.decode: streams not padded for its runs")
     if mode != MODE_LOG and base is None and rf.ctypes.data != of.ctypes.data:
         raise ValueError("interp.decode: rec must be out itself here")  # (``_dec_run``)
+    pb = np.empty(RUN_CHUNK, np.float64)    # a run's predictions and context entries
+    eb = np.empty(RUN_CHUNK, np.uint16)
     arrs = (of, rf, bf, sf, ctx_entries(cmap, kbs), lut, fc, words, lw, outv, outp,
-            dense_low(kbs))
+            dense_low(kbs), pb, eb)
     o0, o1, o2 = order[0], order[1], order[2]
     while s >= 1:
         step = steps[lvl]
