@@ -120,6 +120,20 @@ def test_info_and_verify_text(tmp_path):
     assert "OK" in p.stdout
 
 
+def test_info_of_a_format_v1_learned_file():
+    """A format v1 file's model record names only the model's file and hash: ``info``
+    says its size was not recorded (it printed "None parameters"), and counts its
+    ``prednet+...`` windows as the learned predictor's."""
+    v1 = Path(__file__).parent / "fixtures" / "v1"
+    line = [ln for ln in run("info", v1 / "f32_prednet.tez").stdout.splitlines()
+            if ln.startswith("model")]
+    assert len(line) == 1 and "None" not in line[0]
+    assert "size not recorded" in line[0] and "named only" in line[0]
+    line = [ln for ln in run("info", v1 / "f32_lossless.tez").stdout.splitlines()
+            if ln.startswith("model")]
+    assert len(line) == 1 and "not used by any window" in line[0]
+
+
 def test_verify_fails_on_a_different_original(tmp_path):
     a = smooth_stack((6, 8, 8))
     np.save(tmp_path / "a.npy", a)

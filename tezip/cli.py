@@ -267,14 +267,18 @@ def info(file: Path, as_json: bool) -> None:
         + ", ".join(f"{k} x{v}" for k, v in sorted(used.items())),
     ]
     if isinstance(model, dict):
-        if "learned" not in used:
+        if not any(_is_learned(k) for k in used):
             where = "not used by any window, not stored"
         elif model["stored_in_file"]:
             where = "stored in the file"
         else:
             where = "named only (a shipped model, or give it with --model)"
-        lines.append(f"model      {model['hash'][:16]}: {model.get('params')} parameters, "
-                     f"{model.get('macs_per_pixel', 0):.0f} multiply-adds per pixel; {where}")
+        size = [f"{model['params']} parameters"] if model.get("params") is not None else []
+        if model.get("macs_per_pixel") is not None:
+            size.append(f"{model['macs_per_pixel']:.0f} multiply-adds per pixel")
+        # (format v1 records name only the model's file and hash)
+        lines.append(f"model      {model['hash'][:16]}: "
+                     f"{', '.join(size) if size else 'size not recorded'}; {where}")
     if out["expected_decode_mb_per_s"]:
         lines.append(f"decoding   about {out['expected_decode_mb_per_s']:.0f} MB/s per core "
                      "(an estimate from the predictors used)")
@@ -287,10 +291,16 @@ def info(file: Path, as_json: bool) -> None:
     click.echo("\n".join(lines))
 
 
+def _is_learned(name: str) -> bool:
+    """Whether a window's predictor name is the learned one's (``prednet+...`` in format
+    v1 files)."""
+    return name == "learned" or name.startswith("prednet")
+
+
 def _decode_mbps(name: str, model: Any, f: Any) -> float:
     from .codec import classical_decode_mbps, learned_decode_mbps
 
-    if name == "learned" and isinstance(model, dict):
+    if _is_learned(name) and isinstance(model, dict):
         channels = f.shape[3] if len(f.shape) == 4 else 1
         return learned_decode_mbps(float(model.get("macs_per_pixel") or 0), channels,
                                    f.dtype.itemsize)
