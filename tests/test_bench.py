@@ -362,3 +362,14 @@ def test_the_checked_bound_is_the_one_tezip_promises():
 def test_data_tezip_does_not_code_is_a_skipped_row(a):
     rows = bench.bench_array("x", a, (1e-2,), ("classical",), codecs=())
     assert _skipped(rows[0]) and not bench.failed_tezip_rows(rows)
+
+
+def test_repeat_below_one_is_refused(tmp_path):
+    """``--repeat 0`` timed every row once, as if it were 1; now refused, from the library
+    (before any codec runs) and from the command line (usage error, exit 2)."""
+    with pytest.raises(OptionError, match="repeat must be at least 1"):
+        bench.bench_array("x", smooth_stack((4, 8, 8)), repeat=0)
+    np.save(tmp_path / "a.npy", smooth_stack((4, 8, 8)))
+    p = subprocess.run([sys.executable, "-m", "tezip", "bench", str(tmp_path / "a.npy"),
+                        "--repeat", "0"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "--repeat" in p.stderr and "Traceback" not in p.stderr

@@ -719,6 +719,9 @@ def bench_array(name: str, a: np.ndarray,
     array (unreported), so that one-time costs of a codec path (imports, first calls,
     tezip's kernels compiling) do not land in the first run, which may be the only
     timed one (``REPEAT_MAX_SECONDS``)."""
+    if repeat < 1:
+        raise OptionError(f"repeat must be at least 1 (best of that many timings), not "
+                          f"{repeat}")
     fams = _families(codecs)
     if warm_up:
         bench_array(name, np.ascontiguousarray(a[:2, :16, :16]), bounds, predictors, 1,

@@ -488,7 +488,8 @@ def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float |
               help="comma-separated tezip rows: auto, classical, learned, a predictor's name, "
                    "or adapt (auto with --adapt); a suffix @N runs N threads (default one "
                    "core, like the other codecs)")
-@click.option("--repeat", default=1, show_default=True, type=int, help="best of N timings")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(min=1),
+              help="best of N timings")
 @click.option("--codecs", default="all", show_default=True,
               help="comma-separated other codecs: sz3, zfp, sperr, zstd, blosc2, jpegxl, "
                    "jpegls, ffv1, x265 (missing ones are skipped with a note)")
