@@ -397,52 +397,22 @@ def encode_pq(x, out, sgn, step, e_int, eb, mode, otype, lo, hi, three, codes, c
 
 
 @inline
-def _pq_ctx_row(rg, dtab, eb, j0, dp, W, go, three):
-    """The context entries (``ctx_entries``) of a row's points into ``eb``, before any of
-    them is decoded: a point's context reads only the row above and the previous frame.
-    A loop of its own (the fused decoder held the neighbours' activities in registers,
-    and its rANS states went through the stack: 6-10% slower)."""
-    Wp = W + 2
-    for xx in range(W):
-        j = j0 + xx
-        u = j - Wp
-        s = 2 * (rg[np.uint64(u)] & 255) + (rg[np.uint64(u - 1)] & 255) + (
-            rg[np.uint64(u + 1)] & 255)
-        if three:
-            s += 2 * (rg[np.uint64(j + dp)] & 255)
-        eb[xx] = dtab[np.uint64(go + s)]
-
-
-@inline
 def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
-    of, sf, rg, dtab, eb, lut, fc, words, lw, outv, outp, dense = arrs
+    of, sf, rg, dtab, lut, fc, words, lw, outv, outp, dense = arrs
     step, inv, e_int, lo, hi = qp
     x0, x1, wp, bpos, op = state
     nov = outv.size
+    ra = np.int64(0)
     Wp = W + 2
-    _pq_ctx_row(rg, dtab, eb, j0, dp, W, go, three)
-    ra = np.int64(0)        # the grid index to the left (0: the border)
-    cu = np.int64(0)        # up-left, previous frame's left and up-left
-    el = np.int64(0)
-    gl = np.int64(0)
+    nb = _pq_row_start(rg, j0, Wp)
     for xx in range(W):
         if (xx & (RUN_CHUNK - 1)) == 0:    # chunks of RUN_CHUNK points (a loop over
             #                                chunks measured 5-8% slower than this test)
             wp, bpos = run_start(wp, bpos, words.size, lw.size, min(RUN_CHUNK, W - xx))
         i = row + xx
         ui = np.uint64(i)
-        j = j0 + xx
-        uj = np.uint64(j)
-        bu = rg[np.uint64(j - Wp)] >> 8
-        q = bu - cu
-        cu = bu
-        if three:
-            d = rg[np.uint64(j + dp)] >> 8
-            f = rg[np.uint64(j + dp - Wp)] >> 8
-            q += (d - el) - (f - gl)
-            el = d
-            gl = f
-        p = ra + q
+        uj = np.uint64(j0 + xx)
+        p, s, nb = _pq_pred(rg, j0 + xx, dp, ra, Wp, nb, three)
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -452,7 +422,7 @@ def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
                 ra = p
                 continue
             sg = 1.0 if sv > 0 else -1.0
-        e = np.int64(eb[xx])
+        e = np.int64(dtab[np.uint64(go + s)])
         cb = e & -256       # the class x ALPHABET
         slot = x0 & (M - 1)
         sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
@@ -504,8 +474,7 @@ def decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut,
     dtab = np.empty(ctab.size, np.uint16)    # context table entry -> ``ctx_entries``
     for s in range(ctab.size):
         dtab[s] = ce[np.int64(ctab[s])]
-    eb = np.empty(W, np.uint16)             # a row's context entries
-    arrs = (of, sf, rg, dtab, eb, lut, fc, words, lw, outv, outp, dense_low(kbs))
+    arrs = (of, sf, rg, dtab, lut, fc, words, lw, outv, outp, dense_low(kbs))
     qp = (step, 1.0 / step, e_int, lo, hi)
     x0 = st[0]
     x1 = st[1]
