@@ -188,15 +188,20 @@ def _run_length(c, n, s, cubic):
 
 @inline
 def _enc_run(mode, otype, arrs, has_base, geo, wts, lin, qp, n, no):
-    xf, bf, of, rf, sf, codes, ctx, outp = arrs
+    xf, bf, of, rf, sf, codes, ctx, outp, pb, cb = arrs
     i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
     w0, w1, w2, w3 = wts
     step, inv, e_int, eb, lo, hi, inv16 = qp
+    # predictions and contexts first, as in ``_dec_run``
+    for j in range(cnt):
+        p, var = _predict(rf, i0 + j * istep, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin,
+                          not has_base, mode == MODE_LOG or otype != OUT_F64)
+        pb[j] = p
+        cb[j] = gb + bucket16(var * inv16)
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
-        p, var = _predict(rf, i, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin, not has_base,
-                          mode == MODE_LOG or otype != OUT_F64)
+        p = pb[j]
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -207,7 +212,7 @@ def _enc_run(mode, otype, arrs, has_base, geo, wts, lin, qp, n, no):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        ctx[np.uint64(n)] = gb + bucket16(var * inv16)
+        ctx[np.uint64(n)] = cb[j]
         xo = np.float64(xf[ui])
         k, o, r, ok = quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg)
         if ok:
@@ -275,7 +280,9 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
                 else:
                     of[ui] = to_out(finite(b), otype, lo, hi)
                     rf[ui] = of[ui] - b
-    arrs = (xf, bf, of, rf, sf, codes, ctx, outp)
+    # a run's predictions and contexts (a run lies along a row: at most W points)
+    arrs = (xf, bf, of, rf, sf, codes, ctx, outp, np.empty(W, np.float64),
+            np.empty(W, np.uint8))
     o0, o1, o2 = order[0], order[1], order[2]
     while s >= 1:
         step = steps[lvl]
