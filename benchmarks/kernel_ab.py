@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 import tezip
+from tezip.atomic import atomic_output
 from tezip.kernels import interp as KI
 from tezip.kernels import lorenzo as KL
 from tezip.kernels.core import call
@@ -139,10 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(f"| {name} {b:g} | {g} ({len(cs)}) | {best[0] / n * 1e9:.2f} | "
                              f"{best[1] / n * 1e9:.2f} | {best[0] / best[1]:.2f}x |")
                 print(lines[-1], file=sys.stderr, flush=True)
-    tmp = args.md + ".tmp"
-    with open(tmp, "w") as f:
+    with atomic_output(args.md, force=True) as tmp, open(tmp, "w") as f:
         f.write("\n".join(lines) + "\n")
-    os.replace(tmp, args.md)
     print("\n".join(lines))
     return 0
 

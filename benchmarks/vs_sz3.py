@@ -23,6 +23,7 @@ import numpy as np
 
 import tezip
 from tezip import bench
+from tezip.atomic import atomic_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOAT_STACKS = ("iris_sji2796", "ks_pypde", "smoke_phiflow")
@@ -91,10 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             print(lines[-1], file=sys.stderr, flush=True)
     lines += ["", f"Met (bold): {met} of {total} cells; {time.perf_counter() - t0:.0f} s."]
     os.makedirs(os.path.dirname(os.path.abspath(args.md)), exist_ok=True)
-    tmp = args.md + ".tmp"
-    with open(tmp, "w") as f:
+    with atomic_output(args.md, force=True) as tmp, open(tmp, "w") as f:
         f.write("\n".join(lines) + "\n")
-    os.replace(tmp, args.md)
     print("\n".join(lines))
     return 0
 
