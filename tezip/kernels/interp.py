@@ -329,7 +329,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
     nov = outv.size
     # the run's predictions and context entries first, in a loop of their own: no point
     # of a run is a neighbour of another (they read the coarser grid only), and the
-    # loop that decodes holds fewer values (its rANS states stayed in registers)
+    # loop that decodes holds fewer values (``benchmarks/results/kernel_ab.md``)
     for j in range(cnt):
         p, var = _predict(rf, i0 + j * istep, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin,
                           not has_base, mode == MODE_LOG or otype != OUT_F64)
