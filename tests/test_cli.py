@@ -117,7 +117,15 @@ def test_info_and_verify_text(tmp_path):
     assert info["shape"] == [20, 16, 16] and info["windows"] == 2
     assert sum(info["window_predictors"].values()) == 2
     p = run("verify", tmp_path / "in.npy", tmp_path / "a.tez")
-    assert "OK" in p.stdout
+    assert "OK" in p.stdout and " dB, SSIM" in p.stdout and "n/a" not in p.stdout
+
+
+def test_verify_text_of_an_exact_file(tmp_path):
+    # it printed "PSNR n/a dB"
+    np.save(tmp_path / "in.npy", smooth_stack((4, 16, 16)))
+    run("compress", tmp_path / "in.npy", tmp_path / "a.tez", "--mode", "lossless")
+    p = run("verify", tmp_path / "in.npy", tmp_path / "a.tez")
+    assert "PSNR inf (identical), SSIM 1," in p.stdout and "n/a" not in p.stdout
 
 
 def test_info_of_a_format_v1_learned_file():

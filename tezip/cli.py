@@ -375,9 +375,12 @@ def verify(original: Path, file: Path | None, dataset: str | None, fmt: str | No
         def fmt_num(v: Any) -> str:
             return "n/a" if v is None else f"{v:.6g}"
 
+        # an exact reconstruction has no finite PSNR ("n/a dB" read as a failure)
+        psnr = ("inf (identical)" if report["identical"] else
+                "n/a" if report["psnr"] is None else f"{report['psnr']:.6g} dB")
         click.echo(
             f"max abs error {fmt_num(report['max_abs_error'])}, max rel error "
-            f"{fmt_num(report['max_rel_error'])}, PSNR {fmt_num(report['psnr'])} dB, SSIM "
+            f"{fmt_num(report['max_rel_error'])}, PSNR {psnr}, SSIM "
             f"{fmt_num(report['ssim'])}, ratio {report['ratio']:.2f}; bound "
             f"{report['bound_mode']}: {'OK' if report['ok'] else 'VIOLATED'}"
             + (f" ({report['violations']} values)" if not report["ok"] else ""))
