@@ -266,3 +266,20 @@ def test_the_program_skips_numbas_blas_probe_but_library_use_does_not(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_progress_bar_only_where_it_shows(tmp_path):
+    """No terminal and no TEZIP_PROGRESS: no bar, and tqdm is not even imported (50 ms of
+    the start-up); with TEZIP_PROGRESS a bar is drawn on stderr."""
+    np.save(tmp_path / "in.npy", smooth_stack((4, 16, 16)))
+    code = ("import sys; from tezip.cli import main; sys.argv = ['tezip', 'compress', "
+            f"{str(tmp_path / 'in.npy')!r}, {str(tmp_path / 'a.tez')!r}, '--bound', '1e-3', "
+            "'--force']\ntry:\n    main()\nexcept SystemExit as e:\n    assert not e.code\n"
+            "print('tqdm' in sys.modules)")
+    for progress, imported in (("", "False"), ("1", "True")):
+        env = {**os.environ, "TEZIP_PROGRESS": progress}
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.strip().splitlines()[-1] == imported
+        assert ("compress: " in p.stderr) == bool(progress), p.stderr

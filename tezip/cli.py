@@ -25,11 +25,33 @@ from .io import hdf5_tree
 from .metrics import compare_stacks
 
 
+class _NoBar:
+    """What ``_bar`` gives where no bar would show: tqdm stays unimported (50 ms of a
+    command's start-up here)."""
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: float = 1) -> None:
+        return None
+
+
 def _bar(total: int, desc: str, unit: str = "frame") -> Any:
+    """A progress bar on stderr where it is a terminal, or with TEZIP_PROGRESS set."""
+    forced = bool(os.environ.get("TEZIP_PROGRESS"))
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):        # replaced or closed
+        tty = False
+    if not (forced or tty):
+        return _NoBar()
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
-                disable=None if not os.environ.get("TEZIP_PROGRESS") else False)
+                disable=None if not forced else False)
 
 
 def _strict(obj: Any) -> Any:
