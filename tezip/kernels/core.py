@@ -173,6 +173,16 @@ def f64_bits(typingctx, x):
 
 
 @intrinsic
+def bits_f64(typingctx, x):
+    """The float64 of an IEEE bit pattern held in an int64 (``f64_bits`` undone)."""
+    if x == types.int64:
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.DoubleType())
+        return types.float64(types.int64), codegen
+    return None
+
+
+@intrinsic
 def mulhi(typingctx, a, b):
     """High 64 bits of the 128-bit product of two uint64 (one ``mul`` on x86-64)."""
     if a == types.uint64 and b == types.uint64:

@@ -41,11 +41,13 @@ from .core import (
     RUN_CHUNK,
     M,
     bits_at,
+    bits_f64,
     bucket16,
     ctx_entries,
     dense_low,
     escape_high,
     exact_value,
+    f64_bits,
     finite,
     inline,
     jit,
@@ -321,7 +323,7 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
 
 @inline
 def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
-    of, rf, bf, sf, ce, lut, fc, words, lw, outv, outp, dense, pb, eb = arrs
+    of, rf, bf, sf, ce, lut, fc, words, lw, outv, outp, dense, pe = arrs
     i0, cnt, istep, o0, o2, o3, ov, sd, gb = geo
     w0, w1, w2, w3 = wts
     step, inv, lo_, hi_, inv16 = qp
@@ -329,17 +331,18 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
     nov = outv.size
     # the run's predictions and context entries first, in a loop of their own: no point
     # of a run is a neighbour of another (they read the coarser grid only), and the
-    # loop that decodes holds fewer values (``benchmarks/results/kernel_ab.md``)
+    # loop that decodes holds fewer values (``benchmarks/results/kernel_ab.md``); the
+    # two interleaved in one int64 buffer (the prediction as its bits): a pointer fewer
     for j in range(cnt):
         p, var = _predict(rf, i0 + j * istep, o0, o2, o3, ov, sd, w0, w1, w2, w3, lin,
                           not has_base, mode == MODE_LOG or otype != OUT_F64)
-        pb[j] = p
-        eb[j] = ce[np.uint64(gb + bucket16(var * inv16))]
+        pe[np.uint64(2 * j)] = f64_bits(p)
+        pe[np.uint64(2 * j + 1)] = np.int64(ce[np.uint64(gb + bucket16(var * inv16))])
     wp, bpos = run_start(wp, bpos, words.size, lw.size, cnt)
     for j in range(cnt):
         i = i0 + j * istep
         ui = np.uint64(i)
-        p = pb[j]
+        p = bits_f64(pe[np.uint64(2 * j)])
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -350,7 +353,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
             sg = 1.0 if sv > 0 else -1.0
         b = bf[ui] if has_base else 0.0
         pt = p + b if has_base else p      # not p + 0.0: an addition on the path to the next value
-        e = np.int64(eb[j])
+        e = pe[np.uint64(2 * j + 1)]
         cb = e & -256       # the class x ALPHABET
         slot = x0 & (M - 1)
         sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
@@ -439,10 +442,9 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
         raise ValueError("interp.decode: streams not padded for its runs")
     if mode != MODE_LOG and base is None and rf.ctypes.data != of.ctypes.data:
         raise ValueError("interp.decode: rec must be out itself here")  # (``_dec_run``)
-    pb = np.empty(RUN_CHUNK, np.float64)    # a run's predictions and context entries
-    eb = np.empty(RUN_CHUNK, np.uint16)
+    pe = np.empty(2 * RUN_CHUNK, np.int64)  # a run's predictions and context entries
     arrs = (of, rf, bf, sf, ctx_entries(cmap, kbs), lut, fc, words, lw, outv, outp,
-            dense_low(kbs), pb, eb)
+            dense_low(kbs), pe)
     o0, o1, o2 = order[0], order[1], order[2]
     while s >= 1:
         step = steps[lvl]

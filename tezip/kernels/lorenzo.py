@@ -398,13 +398,20 @@ def encode_pq(x, out, sgn, step, e_int, eb, mode, otype, lo, hi, three, codes, c
 
 @inline
 def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
-    of, sf, rg, dtab, lut, fc, words, lw, outv, outp, dense = arrs
+    of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense = arrs
     step, inv, e_int, lo, hi = qp
     x0, x1, wp, bpos, op = state
     nov = outv.size
     ra = np.int64(0)
     Wp = W + 2
     nb = _pq_row_start(rg, j0, Wp)
+    # the row's predictions but for the value to the left, and its context entries, first,
+    # in a loop of their own (they read the rows before only), interleaved in one buffer:
+    # the loop that decodes holds fewer values (``benchmarks/results/kernel_ab.md``)
+    for xx in range(W):
+        q, s, nb = _pq_pred(rg, j0 + xx, dp, np.int64(0), Wp, nb, three)
+        pq[np.uint64(2 * xx)] = q
+        pq[np.uint64(2 * xx + 1)] = np.int64(dtab[np.uint64(go + s)])
     for xx in range(W):
         if (xx & (RUN_CHUNK - 1)) == 0:    # chunks of RUN_CHUNK points (a loop over
             #                                chunks measured 5-8% slower than this test)
@@ -412,7 +419,7 @@ def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
         i = row + xx
         ui = np.uint64(i)
         uj = np.uint64(j0 + xx)
-        p, s, nb = _pq_pred(rg, j0 + xx, dp, ra, Wp, nb, three)
+        p = ra + pq[np.uint64(2 * xx)]
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -422,7 +429,7 @@ def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
                 ra = p
                 continue
             sg = 1.0 if sv > 0 else -1.0
-        e = np.int64(dtab[np.uint64(go + s)])
+        e = pq[np.uint64(2 * xx + 1)]
         cb = e & -256       # the class x ALPHABET
         slot = x0 & (M - 1)
         sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
@@ -474,7 +481,9 @@ def decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut,
     dtab = np.empty(ctab.size, np.uint16)    # context table entry -> ``ctx_entries``
     for s in range(ctab.size):
         dtab[s] = ce[np.int64(ctab[s])]
-    arrs = (of, sf, rg, dtab, lut, fc, words, lw, outv, outp, dense_low(kbs))
+    pq = np.empty(2 * W, np.int64)     # a row's predictions (but the left value) and
+    #                                    context entries, interleaved (``_pq_dec_row``)
+    arrs = (of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense_low(kbs))
     qp = (step, 1.0 / step, e_int, lo, hi)
     x0 = st[0]
     x1 = st[1]
