@@ -269,7 +269,7 @@ def test_the_program_skips_numbas_blas_probe_but_library_use_does_not(tmp_path):
 
 
 def test_progress_bar_only_where_it_shows(tmp_path):
-    """No terminal and no TEZIP_PROGRESS: no bar, and tqdm is not even imported (50 ms of
+    """No terminal and no TEZIP_PROGRESS: no bar, and tqdm is not even imported (about 40 ms of
     the start-up); with TEZIP_PROGRESS a bar is drawn on stderr."""
     np.save(tmp_path / "in.npy", smooth_stack((4, 16, 16)))
     code = ("import sys; from tezip.cli import main; sys.argv = ['tezip', 'compress', "

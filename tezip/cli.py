@@ -26,7 +26,7 @@ from .metrics import compare_stacks
 
 
 class _NoBar:
-    """What ``_bar`` gives where no bar would show: tqdm stays unimported (50 ms of a
+    """What ``_bar`` gives where no bar would show: tqdm stays unimported (about 40 ms of a
     command's start-up here)."""
 
     def __enter__(self) -> _NoBar:
