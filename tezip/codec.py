@@ -50,7 +50,10 @@ def default_threads() -> int:
 # the learned predictor codes a window only if its expected decoding speed (per core,
 # ``learned_decode_mbps``) reaches this floor, unless the caller sets another
 DEFAULT_MIN_DECODE_MBPS = 5.0
-CLASSICAL_NS_PER_VALUE = 15.0     # decoding cost of the classical predictors (estimate)
+CLASSICAL_NS_PER_VALUE = 9.0      # decoding cost of the classical predictors per value,
+#                                   one core: 7.8-12.6 ns in the README's bench run at
+#                                   efef281 (the shared stacks at 1e-3 and 1e-4); it was
+#                                   15, an estimate older than the compiled decoders
 NN_MACS_PER_S = 12e9              # float32 multiply-adds per second of one core (estimate)
 
 
