@@ -132,3 +132,54 @@ def test_a_tuning_for_other_options_is_refused(tmp_path):
     compress_stack(ArrayStack(x), tmp_path / "b.tez", Options(bound, predictor="classical"),
                    vrange=vr, tuning=interp)
     assert (tmp_path / "b.tez").exists()
+
+
+def _anisotropic(shape, sigmas, seed=0):
+    """Noise smoothed along each axis by its own Gaussian width (in samples)."""
+    rng = np.random.default_rng(seed)
+    k = np.meshgrid(*[np.fft.fftfreq(n) for n in shape], indexing="ij")
+    filt = np.exp(-2 * np.pi ** 2 * sum((s * kk) ** 2 for s, kk in zip(sigmas, k, strict=True)))
+    f = np.real(np.fft.ifftn(np.fft.fftn(rng.normal(size=shape)) * filt))
+    return f.astype(np.float32)
+
+
+@pytest.mark.parametrize("smooth", [0, 1, 2])
+def test_likely_orders_end_in_the_smoothest_axis(smooth):
+    from tezip.predictors.classical import likely_orders
+
+    sig = [1.0, 1.0, 1.0]
+    sig[smooth] = 6.0
+    x = _anisotropic((24, 40, 44), sig)
+    orders = likely_orders(x, _quant(x))
+    assert orders and all(o[2] == smooth for o in orders)
+    assert len(orders) == 2
+    # the interpolation along the smoothest axis last does code this smallest
+    interp = predictors.get("interp")
+    q = _quant(x)
+    sgn = codec.sign_map(x, q)
+    bits = {o: codec._estimate(interp.encode(x, q, {"order": list(o), "cubic": False,
+                                                    "ab": [1.0, 1.0], "anchor": 32},
+                                             sgn, sample=True), 4)
+            for o in predictors.classical.ORDERS}
+    assert min(bits, key=bits.get) in orders
+
+
+def test_every_order_where_the_roughness_cannot_tell():
+    from tezip.predictors.classical import ORDERS, likely_orders
+
+    # y and x alike (within the margin), t rough: the orders ending in either
+    x = _anisotropic((16, 40, 40), [1.0, 6.0, 6.0])
+    x = np.ascontiguousarray(x + x.transpose(0, 2, 1))     # the same along y and x
+    assert sorted(likely_orders(x, _quant(x))) == sorted(o for o in ORDERS if o[2] != 0)
+    # constant along every axis: no axis is smoother
+    flat = np.full((6, 8, 8), 3.0, np.float32)
+    assert likely_orders(flat, _quant(x)) == list(ORDERS)
+    # no finite pair of neighbours along x, or one point along it
+    nan = x.copy()
+    nan[:, :, 1::2] = np.nan
+    assert likely_orders(nan, _quant(x)) == list(ORDERS)
+    assert likely_orders(np.ascontiguousarray(x[:, :, :1]), _quant(x)) == list(ORDERS)
+    # a point-wise relative bound predicts in the log domain
+    pw = quantize.quantizer(quantize.resolve(quantize.ErrorBound("pwrel", pw=1e-3),
+                                             x.dtype, (0.0, 0.0)))
+    assert likely_orders(x, pw) == list(ORDERS)
