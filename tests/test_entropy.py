@@ -84,10 +84,11 @@ def test_symbols_and_bit_stream_are_the_reference_ones(seed):
     cmap, n_class = K.class_map(cnt, np.array([10, 20], np.int64))
     kb = K.choose_kb(zsum, zcnt, cmap, n_class)
     kb[0] = 0                       # a class without low bits: every code escapes or not
-    syms, cls, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class,
-                                                 K.stream_bytes(blen, cmap, kb))
+    sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class,
+                                           K.stream_bytes(blen, cmap, kb))
     rsyms, rcls, bits, nbits = _reference_symbolize(codes, ctx, cmap, kb)
-    assert syms.tolist() == rsyms and cls.tolist() == rcls
+    assert sym.dtype == np.uint16 and K.MAX_CLASSES * ALPHABET <= 1 << 16
+    assert (sym % ALPHABET).tolist() == rsyms and (sym // ALPHABET).tolist() == rcls
     assert nbytes == (nbits + 7) // 8
     assert low.view(np.uint8)[:nbytes].tobytes() == bits.to_bytes(nbytes, "little")
     want = np.zeros((n_class, ALPHABET), np.int64)
@@ -127,7 +128,8 @@ def test_rans_words_are_the_textbook_ones(seed):
     cls = rng.integers(0, n_class, n).astype(np.uint8)
     p = freq[cls] / M
     syms = (rng.random(n)[:, None] < np.cumsum(p, 1)).argmax(1).astype(np.uint8)
-    assert K.rans_encode(syms, cls, freq).tolist() == _reference_rans(syms, cls, freq)
+    rows = cls.astype(np.uint16) * ALPHABET + syms
+    assert K.rans_encode(rows, freq).tolist() == _reference_rans(syms, cls, freq)
 
 
 def test_model_level_follows_its_size_and_share_of_the_window(monkeypatch):

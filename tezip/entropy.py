@@ -49,10 +49,10 @@ def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
     cnt, zsum, zcnt, blen = _ctx_stats(codes, ctx, n_ctx, outliers)
     cmap, n_class = K.class_map(cnt, groups)
     kb = K.choose_kb(zsum, zcnt, cmap, n_class)
-    syms, cls, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb,
-                                                 n_class, K.stream_bytes(blen, cmap, kb))
+    sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb, n_class,
+                                           K.stream_bytes(blen, cmap, kb))
     freq = K.normalize(counts)
-    words = K.rans_encode(syms, cls, freq)
+    words = K.rans_encode(sym, freq)
     return Streams(_pack_model(cmap, kb, freq, 2 * words.size + nbytes),
                    words.astype("<u2").tobytes(),
                    low.astype("<u8", copy=False).view(np.uint8)[:nbytes].tobytes())
