@@ -17,8 +17,8 @@ def _quant(x: np.ndarray) -> quantize.Quantizer:
 
 
 def _head_sizes(x, quant, finalists):
-    """Estimated bits of each finalist coding the first HEAD_FRAMES frames in full."""
-    head = np.ascontiguousarray(x[:codec.HEAD_FRAMES])
+    """Estimated bits of each finalist coding the window's first frames in full."""
+    head = np.ascontiguousarray(x[:codec.head_frames(int(np.prod(x.shape[1:])))])
     sgn = codec.sign_map(head, quant)
     return [codec._estimate(predictors.get(n).encode(head, quant, c, sgn), x.itemsize)
             for n, c in finalists]
@@ -39,6 +39,18 @@ def test_long_window_ranks_finalists_on_its_first_frames(many_finalists):
     assert sizes == sorted(sizes)
     assert t.head is None            # the head's codings are not the window's: not kept
     assert codec.tune(x, quant, predictors.CLASSICAL_CANDIDATES, threads=3) == t
+
+
+def test_large_frames_rank_finalists_on_fewer_frames(many_finalists):
+    assert codec.head_frames(109 * 110) == codec.HEAD_FRAMES
+    assert codec.head_frames(256 * 256) == codec.HEAD_MIN_FRAMES == 4
+    assert codec.head_frames(4096 * 4096) == codec.HEAD_MIN_FRAMES
+    x = smooth_stack((10, 260, 270), seed=5)
+    quant = _quant(x)
+    t = codec.tune(x, quant, predictors.CLASSICAL_CANDIDATES)
+    assert len(t.finalists) == codec.N_FINALISTS and t.head is None
+    sizes = _head_sizes(x, quant, t.finalists)      # on its first 4 frames
+    assert sizes == sorted(sizes)
 
 
 def test_short_window_keeps_its_full_codings(many_finalists):
