@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from tezip.kernels.sample import axis_roughness, tile_activity
+from tezip.kernels.sample import tile_activity
 
 
 def _reference(x: np.ndarray, tstep: int, tile: int, ny: int, nx: int) -> np.ndarray:
@@ -58,32 +58,3 @@ def test_tile_activity_is_its_definition(seed):
     tstep = int(rng.integers(1, T + 2))
     got = tile_activity(x, tstep, tile, ny, nx)
     assert got.tobytes() == _reference(x, tstep, tile, ny, nx).tobytes()
-
-
-def _roughness_reference(x: np.ndarray) -> list[float]:
-    """Mean |difference| between neighbours along t, y and x, over the finite ones."""
-    out = []
-    for axis in range(3):
-        with np.errstate(invalid="ignore"):
-            d = np.abs(np.diff(x.astype(np.float64), axis=axis))
-        fin = d[np.isfinite(d)]
-        out.append(float(fin.mean()) if fin.size else math.nan)
-    return out
-
-
-@pytest.mark.parametrize("seed", range(10))
-def test_axis_roughness_is_its_definition(seed):
-    rng = np.random.default_rng(seed)
-    shape = tuple(int(v) for v in rng.integers(1, 7, 3)) + (int(rng.integers(1, 4)),)
-    dtype = [np.float32, np.float64, np.uint16, np.int8][seed % 4]
-    x = rng.normal(0, 50, shape)
-    if dtype in (np.float32, np.float64):
-        x = x.astype(dtype)
-        special = rng.random(shape) < 0.1
-        x[special] = rng.choice([np.nan, np.inf, -np.inf, -0.0], int(special.sum()))
-    else:
-        x = np.clip(x, np.iinfo(dtype).min, np.iinfo(dtype).max).astype(dtype)
-    got = axis_roughness(x).tolist()
-    want = _roughness_reference(x)
-    assert [math.isnan(v) for v in got] == [math.isnan(v) for v in want]
-    np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want), rtol=1e-12)

@@ -72,38 +72,3 @@ def tile_activity(x, tstep, tile, ny, nx):
                 if abs(a) < np.inf:
                     out[band * nx + xx // tile] += a
     return out
-
-
-@jit
-def axis_roughness(x):
-    """Per axis of a C-contiguous (T, H, W, C) array (t, y, x): the mean absolute
-    difference between neighbours along it, over the finite pairs (channels apart); NaN
-    for an axis without a finite pair. What orders the interpolation's axes worth trying
-    (``predictors.classical.likely_orders``); about 3 ns a value."""
-    T, H, W, C = x.shape
-    f = x.reshape(T, H, W * C)
-    s = np.zeros(3, np.float64)
-    n = np.zeros(3, np.int64)
-    for t in range(T):
-        for y in range(H):
-            for i in range(W * C):
-                v = np.float64(f[t, y, i])
-                if t > 0:
-                    d = abs(v - np.float64(f[t - 1, y, i]))
-                    if d < np.inf:
-                        s[0] += d
-                        n[0] += 1
-                if y > 0:
-                    d = abs(v - np.float64(f[t, y - 1, i]))
-                    if d < np.inf:
-                        s[1] += d
-                        n[1] += 1
-                if i >= C:
-                    d = abs(v - np.float64(f[t, y, i - C]))
-                    if d < np.inf:
-                        s[2] += d
-                        n[2] += 1
-    out = np.empty(3, np.float64)
-    for a in range(3):
-        out[a] = s[a] / n[a] if n[a] > 0 else np.nan
-    return out

@@ -18,36 +18,13 @@ import numpy as np
 from ..errors import CorruptFileError, OptionError
 from ..kernels import interp as KI
 from ..kernels import lorenzo as KL
-from ..kernels.consts import MODE_LOG
 from ..kernels.core import call
-from ..kernels.sample import axis_roughness
 from ..quantize import Quantizer
 from . import Coded, ValuePredictor
 
 ORDERS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 ALPHA_BETA = ((1.0, 1.0), (1.25, 2.0), (1.5, 2.5), (2.0, 3.0))
 DEFAULT_ANCHOR = 32
-ROUGH_MARGIN = 1.1        # the axes this close to the smoothest may go last (see below)
-
-
-def likely_orders(sample: np.ndarray, quant: Quantizer) -> list[tuple[int, int, int]]:
-    """The interpolation orders worth trying on ``sample`` (T, H, W[, C]): those whose last
-    axis is the smoothest one (the least mean absolute difference between neighbours),
-    or within ``ROUGH_MARGIN`` of it. At each level the last axis interpolates half of
-    the level's new points, so it decides most of the bits. On the shared stacks at
-    1e-2..1e-4, their windows 0 and 1 and three transposes of each (72 cases), the best
-    of these orders was the best of all six in every case, after 2.6 trials instead of
-    6 (with the smoothest axis alone: 2 trials, up to 0.2% more bits). Every order where
-    that cannot be judged: a point-wise relative bound (prediction in the log domain),
-    an axis of one point, or an axis without a finite pair of neighbours."""
-    x4 = sample if sample.ndim == 4 else sample[..., None]
-    if quant.mode == MODE_LOG or min(x4.shape[:3]) < 2:
-        return list(ORDERS)
-    r = axis_roughness(x4)
-    if not np.all(np.isfinite(r)):
-        return list(ORDERS)
-    lasts = {a for a in range(3) if r[a] <= ROUGH_MARGIN * r.min()}
-    return [o for o in ORDERS if o[2] in lasts]
 
 
 def channels(x: np.ndarray) -> list[np.ndarray]:
@@ -162,10 +139,10 @@ class Interpolation(_Kernel):
                 for o in ORDERS for cub in (False, True) for ab in ALPHA_BETA]
 
     def tune(self, sample, quant, sgn, cost, pmap=map):
-        """Greedy: the axis order with linear interpolation (the ``likely_orders``, tried
-        side by side with ``pmap``), then cubic, then the level-wise bounds from the
-        mildest on, while each improves (every one of the 48 combinations would cost 5x
-        more for a few tenths of a percent on the shared data sets; every level-wise bound after
+        """Greedy: the axis order with linear interpolation (the orders tried side by
+        side with ``pmap``), then cubic, then the level-wise bounds from the mildest on,
+        while each improves (every one of the 48 combinations would cost 5x more for a
+        few tenths of a percent on the shared data sets; every level-wise bound after
         one that did not improve, a fifth more for the same choices in their lossy
         cells; and where the bounds code alike, as in lossless integer coding, those
         ties crowded the other settings out of the finalists)."""
@@ -174,7 +151,7 @@ class Interpolation(_Kernel):
 
         cfg = {"order": list(ORDERS[0]), "cubic": False, "ab": [1.0, 1.0],
                "anchor": DEFAULT_ANCHOR}
-        first = [{**cfg, "order": list(o)} for o in likely_orders(sample, quant)]
+        first = [{**cfg, "order": list(o)} for o in ORDERS]
         tried = [(b, i, c) for i, (b, c) in enumerate(zip(pmap(trial, first), first,
                                                             strict=True))]
         best = min(tried, key=lambda t: t[:2])
