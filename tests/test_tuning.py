@@ -18,7 +18,9 @@ def _quant(x: np.ndarray) -> quantize.Quantizer:
 
 def _head_sizes(x, quant, finalists):
     """Estimated bits of each finalist coding the window's first frames in full."""
-    head = np.ascontiguousarray(x[:codec.head_frames(int(np.prod(x.shape[1:])))])
+    n = x.shape[0] if x.shape[0] <= codec.HEAD_FRAMES else codec.head_frames(
+        int(np.prod(x.shape[1:])))
+    head = np.ascontiguousarray(x[:n])
     sgn = codec.sign_map(head, quant)
     return [codec._estimate(predictors.get(n).encode(head, quant, c, sgn), x.itemsize)
             for n, c in finalists]
@@ -51,6 +53,10 @@ def test_large_frames_rank_finalists_on_fewer_frames(many_finalists):
     assert len(t.finalists) == codec.N_FINALISTS and t.head is None
     sizes = _head_sizes(x, quant, t.finalists)      # on its first 4 frames
     assert sizes == sorted(sizes)
+    # a window of up to HEAD_FRAMES frames is ranked whole, its codings kept
+    short = np.ascontiguousarray(x[:6])
+    t = codec.tune(short, quant, predictors.CLASSICAL_CANDIDATES)
+    assert t.head is not None and len(t.head) == codec.N_FINALISTS
 
 
 def test_short_window_keeps_its_full_codings(many_finalists):

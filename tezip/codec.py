@@ -230,12 +230,15 @@ HEAD_VALUES = 1 << 18     # ... fewer frames where frames are large: as many as 
 HEAD_MIN_FRAMES = 4       # many values, but at least this many (speckle's 256 x 256: 4
 #                           frames, 8% less encoding time at 1e-4; the same files on the
 #                           shared stacks at 1e-2..1e-4 even with 2 frames; on 36 synthetic
-#                           192 x 224 cells, 2 files 0.03% and 0.17% larger than with 8)
+#                           192 x 224 cells, 2 files 0.03% and 0.17% larger than with 8;
+#                           a break-test's 240 large-frame cells: 0.9998x in all, within
+#                           +0.3% but where the window was 6-8 frames, now ranked whole)
 
 
 def head_frames(frame_values: int) -> int:
-    """How many of the window's first frames rank the finalists (frames of
-    ``frame_values`` values each)."""
+    """How many of the first frames of a window longer than HEAD_FRAMES rank the
+    finalists (frames of ``frame_values`` values each); a shorter window is ranked whole,
+    and the winner's coding kept."""
     return max(HEAD_MIN_FRAMES, min(HEAD_FRAMES, HEAD_VALUES // max(1, frame_values)))
 
 
@@ -296,9 +299,9 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
             break
     if len(finalists) == 1:
         return Tuning(finalists)
-    nh = head_frames(math.prod(x.shape[1:]))
-    whole = x.shape[0] <= nh
-    head = x if whole else np.ascontiguousarray(x[:nh])
+    # a window of up to HEAD_FRAMES frames is ranked whole: its codings are kept
+    whole = x.shape[0] <= HEAD_FRAMES
+    head = x if whole else np.ascontiguousarray(x[:head_frames(math.prod(x.shape[1:]))])
     sgn = sign_map(head, quant)
 
     def full(nc: tuple[str, dict]) -> predictors.Coded:
