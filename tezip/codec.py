@@ -228,7 +228,7 @@ HEAD_FRAMES = 8           # ... on the window's first frames, coded in full, whe
 #                           window does (tiles do not: their borders favour one family)
 HEAD_VALUES = 1 << 18     # ... fewer frames where frames are large: as many as hold this
 HEAD_MIN_FRAMES = 4       # many values, but at least this many (speckle's 256 x 256: 4
-#                           frames, 8% less encoding time at 1e-4; the same files on the
+#                           frames, encoding 1.13-1.15x in speed_ab.md; the same files on the
 #                           shared stacks at 1e-2..1e-4 even with 2 frames; on 36 synthetic
 #                           192 x 224 cells, 2 files 0.03% and 0.17% larger than with 8;
 #                           a break-test's 240 large-frame cells: 0.9998x in all, within
