@@ -235,11 +235,14 @@ HEAD_MIN_FRAMES = 4       # many values, but at least this many (speckle's 256 x
 #                           +0.3% but where the window was 6-8 frames, now ranked whole)
 
 
-def head_frames(frame_values: int) -> int:
-    """How many of the first frames of a window longer than HEAD_FRAMES rank the
-    finalists (frames of ``frame_values`` values each); a shorter window is ranked whole,
-    and the winner's coding kept."""
-    return max(HEAD_MIN_FRAMES, min(HEAD_FRAMES, HEAD_VALUES // max(1, frame_values)))
+def head_frames(shape: tuple[int, ...]) -> int:
+    """How many of the first frames of a window of ``shape`` rank the finalists: all of a
+    window of up to HEAD_FRAMES frames (its codings are then kept), else as many as hold
+    HEAD_VALUES values, from HEAD_MIN_FRAMES to HEAD_FRAMES."""
+    if shape[0] <= HEAD_FRAMES:
+        return shape[0]
+    per = max(1, math.prod(shape[1:]))
+    return max(HEAD_MIN_FRAMES, min(HEAD_FRAMES, HEAD_VALUES // per))
 
 
 @dataclass(frozen=True)
@@ -299,9 +302,9 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
             break
     if len(finalists) == 1:
         return Tuning(finalists)
-    # a window of up to HEAD_FRAMES frames is ranked whole: its codings are kept
-    whole = x.shape[0] <= HEAD_FRAMES
-    head = x if whole else np.ascontiguousarray(x[:head_frames(math.prod(x.shape[1:]))])
+    nh = head_frames(x.shape)
+    whole = nh == x.shape[0]
+    head = x if whole else np.ascontiguousarray(x[:nh])
     sgn = sign_map(head, quant)
 
     def full(nc: tuple[str, dict]) -> predictors.Coded:
