@@ -6,6 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import smooth_stack
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_bound import stacks
 
 from tezip import codec, predictors, quantize
 
@@ -37,7 +40,9 @@ def test_long_window_ranks_finalists_on_its_first_frames(many_finalists):
     assert len(t.finalists) == codec.N_FINALISTS
     sizes = _head_sizes(x, quant, t.finalists)
     assert sizes == sorted(sizes)
-    assert t.head is None            # the head's codings are not the window's: not kept
+    # the head's coding is kept only where it begins the window's (``extends``)
+    best = predictors.get(t.finalists[0][0])
+    assert (t.head is not None) == best.extends(x.shape)
     assert codec.tune(x, quant, predictors.CLASSICAL_CANDIDATES, threads=3) == t
 
 
@@ -49,13 +54,13 @@ def test_large_frames_rank_finalists_on_fewer_frames(many_finalists):
     x = smooth_stack((10, 260, 270), seed=5)
     quant = _quant(x)
     t = codec.tune(x, quant, predictors.CLASSICAL_CANDIDATES)
-    assert len(t.finalists) == codec.N_FINALISTS and t.head is None
+    assert len(t.finalists) == codec.N_FINALISTS
     sizes = _head_sizes(x, quant, t.finalists)      # on its first 4 frames
     assert sizes == sorted(sizes)
     # a window of up to HEAD_FRAMES frames is ranked whole, its codings kept
     short = np.ascontiguousarray(x[:6])
     t = codec.tune(short, quant, predictors.CLASSICAL_CANDIDATES)
-    assert t.head is not None and len(t.head) == codec.N_FINALISTS
+    assert t.head is not None and list(t.head) == [codec.config_key(*t.finalists[0])]
 
 
 def test_short_window_keeps_its_full_codings(many_finalists):
@@ -63,7 +68,7 @@ def test_short_window_keeps_its_full_codings(many_finalists):
     quant = _quant(x)
     t = codec.tune(x, quant, predictors.CLASSICAL_CANDIDATES)
     assert len(t.finalists) == codec.N_FINALISTS
-    assert t.head is not None and len(t.head) == codec.N_FINALISTS
+    assert t.head is not None and list(t.head) == [codec.config_key(*t.finalists[0])]
     sizes = _head_sizes(x, quant, t.finalists)
     assert sizes == sorted(sizes)
     # a kept coding is the window's coding, reconstruction included
@@ -149,3 +154,83 @@ def test_a_tuning_for_other_options_is_refused(tmp_path):
     compress_stack(ArrayStack(x), tmp_path / "b.tez", Options(bound, predictor="classical"),
                    vrange=vr, tuning=interp)
     assert (tmp_path / "b.tez").exists()
+
+
+def _frames_apart(shape, seed):
+    """Frames unlike each other (a noisy plane of its own each): the 2-D Lorenzo
+    predictor ('spatial') codes them smallest."""
+    rng = np.random.default_rng(seed)
+    t, h, w = shape
+    yy, xx = np.mgrid[0:h, 0:w]
+    return np.stack([rng.normal() * yy * 3 + rng.normal() * xx * 3 + rng.normal() * 50
+                     + rng.normal(0, 0.05, (h, w)) for _ in range(t)]).astype("float32")
+
+
+def test_a_framewise_best_keeps_its_head_coding_and_extends_it(many_finalists, monkeypatch):
+    import tezip
+
+    x = _frames_apart((20, 40, 36), seed=8)
+    quant = _quant(x)
+    t = codec.tune(x, quant, predictors.CLASSICAL_CANDIDATES)
+    name, cfg = t.finalists[0]
+    assert name == "spatial" and len(t.finalists) > 1
+    nh = codec.head_frames(x.shape)
+    assert nh < x.shape[0] and t.head is not None
+    assert t.head[codec.config_key(name, cfg)].out.shape[0] == nh
+    spatial = predictors.get("spatial")
+    calls = []
+    real = type(spatial).extend
+
+    def spy(self, head, *args):
+        calls.append(head.out.shape[0])
+        return real(self, head, *args)
+
+    monkeypatch.setattr(type(spatial), "extend", spy)
+    blob = tezip.compress(x, mode="rel", bound=1e-3, predictor="classical", window=20)
+    assert calls == [nh]
+    # the same bytes as coding the window whole
+    monkeypatch.setattr(type(spatial), "extends", lambda self, shape: False)
+    assert tezip.compress(x, mode="rel", bound=1e-3, predictor="classical", window=20) == blob
+    assert calls == [nh]
+
+
+def test_only_one_channel_windows_extend():
+    spatial = predictors.get("spatial")
+    assert spatial.extends((20, 8, 8)) and not spatial.extends((20, 8, 8, 2))
+    for name in ("interp", "lorenzo"):
+        assert not predictors.get(name).extends((20, 8, 8))
+    x = _frames_apart((6, 10, 9), seed=9)
+    quant = _quant(x)
+    head = spatial.encode(np.ascontiguousarray(x[:2]), quant, {"pq": 1},
+                          codec.sign_map(x[:2], quant), sample=True)
+    with pytest.raises(ValueError):          # a sample's coding has no reconstruction
+        spatial.extend(head, x, quant, {"pq": 1}, codec.sign_map(x[2:], quant))
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stacks(), st.sampled_from(["abs", "rel", "pwrel", "lossless"]),
+       st.sampled_from([1e-6, 1e-3, 0.3, 2.0]), st.integers(1, 8))
+def test_extending_a_head_coding_gives_the_windows_coding(a, mode, bound, nh):
+    # what 'spatial' codes after the first frames' coding is what coding the window gives,
+    # bit for bit: every dtype, bound kind, NaN, infinities, outliers
+    if a.ndim != 3 or a.shape[0] < 2 or (mode == "lossless" and a.dtype.kind == "f"):
+        return
+    nh = min(nh, a.shape[0] - 1)
+    kw = {"abs": {"abs": bound}, "rel": {"rel": bound}, "pwrel": {"pw": min(bound, 0.5)},
+          "lossless": {}}[mode]
+    finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
+    vrange = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    quant = quantize.quantizer(quantize.resolve(quantize.ErrorBound(mode, **kw), a.dtype,
+                                                vrange))
+    spatial = predictors.get("spatial")
+    cfg = spatial.configs(a, quant)[0]
+    head = np.ascontiguousarray(a[:nh])
+    got = spatial.extend(spatial.encode(head, quant, cfg, codec.sign_map(head, quant)), a,
+                         quant, cfg, codec.sign_map(a[nh:], quant))
+    want = spatial.encode(a, quant, cfg, codec.sign_map(a, quant))
+    for f in ("codes", "ctx", "outliers"):
+        np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
+        assert getattr(got, f).dtype == getattr(want, f).dtype
+    assert got.out.tobytes() == want.out.tobytes()
+    assert got.config == want.config

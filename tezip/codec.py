@@ -248,9 +248,11 @@ def head_frames(shape: tuple[int, ...]) -> int:
 @dataclass(frozen=True)
 class Tuning:
     """The classical configurations ranked on the stack's first window, best first (None:
-    no tuning, as for bit-exact floats); every window codes with the first; ``head``: that
-    window's full codings by ``config_key`` when it was ranked on all of it, so that
-    coding it next costs nothing (not compared)."""
+    no tuning, as for bit-exact floats); every window codes with the first; ``head``: the
+    first's full coding of that window, by ``config_key``, when the ranking coded all of
+    it, so that coding it next costs nothing, or of its first frames where the window's
+    coding begins with theirs (``ValuePredictor.extends``: then only the frames after
+    them are coded next); else None (not compared)."""
 
     finalists: list[tuple[str, dict]] | None
     head: dict[str, predictors.Coded] | None = field(default=None, compare=False, repr=False)
@@ -307,15 +309,21 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
     head = x if whole else np.ascontiguousarray(x[:nh])
     sgn = sign_map(head, quant)
 
+    def kept(name: str) -> bool:
+        """Whether a finalist's coding of the head serves the window's coding."""
+        return whole or predictors.get(name).extends(x.shape)
+
     def full(nc: tuple[str, dict]) -> predictors.Coded:
-        return predictors.get(nc[0]).encode(head, quant, nc[1], sgn, sample=not whole)
+        return predictors.get(nc[0]).encode(head, quant, nc[1], sgn, sample=not kept(nc[0]))
 
     coded = dict(zip([config_key(*nc) for nc in finalists],
                      _ordered_map(full, iter(finalists), min(threads, len(finalists))),
                      strict=True))
     sizes = [(_estimate(coded[config_key(name, cfg)], x.itemsize), i)
              for i, (name, cfg) in enumerate(finalists)]
-    return Tuning([finalists[i] for _, i in sorted(sizes)], coded if whole else None)
+    ranked = [finalists[i] for _, i in sorted(sizes)]
+    best = config_key(*ranked[0])
+    return Tuning(ranked, {best: coded[best]} if kept(ranked[0][0]) else None)
 
 
 def _fp_quiet(fn: Callable) -> Callable:
@@ -394,8 +402,8 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                coded_cache: dict[str, predictors.Coded] | None = None
                                ) -> Encoded:
     """``encode_window``, keeping the classical alternative of a learned window.
-    ``coded_cache``: full codings of this very window by configuration (``Tuning.head``),
-    used instead of coding it again."""
+    ``coded_cache``: full codings of this very window, or of its first frames, by
+    configuration (``Tuning.head``), used instead of coding them again."""
     from .predictors.lossless import ordered
 
     x = np.ascontiguousarray(x)
@@ -432,9 +440,14 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         # sets (at 1e-2..1e-4, windows of 8 and 32) and made that file 0.6% larger (tiles
         # misrank by up to 10%), for 4-25% of the encoding time
         name, cfg = finalists[0]
+        pred = predictors.get(name)
         coded = (coded_cache or {}).get(config_key(name, cfg))
+        if coded is not None and coded.out is not None and coded.out.shape[0] < x.shape[0]:
+            # the tuning coded the window's first frames only: the frames after them
+            nh = coded.out.shape[0]
+            coded = pred.extend(coded, x, quant, cfg, sign_map(x[nh:], quant))
         if coded is None:
-            coded = predictors.get(name).encode(x, quant, cfg, sign_map(x, quant))
+            coded = pred.encode(x, quant, cfg, sign_map(x, quant))
     worth = False
     if use_learned:
         lcfg, worth = _learned_trial(x, quant, learned, name if classical else None,

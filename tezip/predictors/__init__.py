@@ -92,6 +92,20 @@ class ValuePredictor(ABC):
         point-wise relative mode (else a dummy). ``sample``: only codes and contexts are
         needed (ranking)."""
 
+    def extends(self, shape: tuple[int, ...]) -> bool:
+        """Whether the coding of a window of ``shape`` begins with the coding of its first
+        frames on their own (frames coded apart, one channel), so that ``extend`` can
+        reuse it. None does by default."""
+        return False
+
+    def extend(self, head: Coded, x: np.ndarray, quant: Quantizer, config: dict,
+               sgn: np.ndarray) -> Coded:
+        """The coding of the window ``x`` under ``config`` that ``encode`` gives, from
+        ``head``, the full coding (not a sample's) of its first frames under ``config``:
+        only the frames after them are coded (``sgn``: their sign/zero map). Only where
+        ``extends(x.shape)``."""
+        raise NotImplementedError(f"'{self.name}' does not extend a coding")
+
     @abstractmethod
     def decode(self, shape: tuple[int, ...], quant: Quantizer, config: dict, tables: Any,
                outlier_values: np.ndarray, sgn: np.ndarray, meta: dict | None = None,

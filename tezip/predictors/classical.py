@@ -239,3 +239,31 @@ class Lorenzo3D(_Kernel):
 class Lorenzo2D(Lorenzo3D):
     name = "spatial"
     three = False
+
+    def extends(self, shape: tuple[int, ...]) -> bool:
+        # every frame is coded on its own (``kernels.lorenzo._ring``: no previous frame),
+        # its codes after those of the frames before; channels one after another, so
+        # only a one-channel window's coding begins with its first frames'
+        return len(shape) == 3
+
+    def extend(self, head: Coded, x: np.ndarray, quant: Quantizer, config: dict,
+               sgn: np.ndarray) -> Coded:
+        nh = 0 if head.out is None else head.out.shape[0]
+        if (not self.extends(x.shape) or head.out is None or not 0 < nh < x.shape[0]
+                or head.out.shape[1:] != x.shape[1:] or head.config != config):
+            raise ValueError("extend: head is not the full coding of x's first frames")
+        codes, ctx, outp = _buffers(x.size)
+        nn, no = head.codes.size, head.outliers.size
+        codes[:nn] = head.codes
+        ctx[:nn] = head.ctx
+        outp[:no] = head.outliers
+        out = np.empty_like(x)
+        out[:nh] = head.out
+        rest, orest = x[nh:], out[nh:]
+        nn, no2 = self._enc(rest, orest, _rec(orest, quant), sgn, quant, config, codes, ctx,
+                            outp, nn, no)
+        p = outp[no:no2]
+        orest.reshape(-1)[p] = rest.reshape(-1)[p]      # exact, bit for bit
+        p += nh * (x.size // x.shape[0])                # flat positions in the window
+        return Coded(config, codes[:nn], ctx[:nn], outp[:no2].copy(), out, self.n_ctx,
+                     self.groups)
