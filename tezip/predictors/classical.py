@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import CorruptFileError, OptionError
 from ..kernels import interp as KI
 from ..kernels import lorenzo as KL
+from ..kernels.consts import MODE_LOG
 from ..kernels.core import call
 from ..quantize import Quantizer
 from . import Coded, ValuePredictor
@@ -41,7 +42,7 @@ def _buffers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _rec(out: np.ndarray, quant: Quantizer) -> np.ndarray:
     """The prediction domain: the output itself, or float64 log-domain values."""
-    return np.empty(out.shape, np.float64) if quant.mode == 2 else out
+    return np.empty(out.shape, np.float64) if quant.mode == MODE_LOG else out
 
 
 def _sign_of(sgn: np.ndarray, c: int, nch: int) -> np.ndarray:
@@ -250,8 +251,11 @@ class Lorenzo2D(Lorenzo3D):
                sgn: np.ndarray) -> Coded:
         nh = 0 if head.out is None else head.out.shape[0]
         if (not self.extends(x.shape) or head.out is None or not 0 < nh < x.shape[0]
-                or head.out.shape[1:] != x.shape[1:] or head.config != config):
+                or head.out.shape[1:] != x.shape[1:] or head.out.dtype != x.dtype
+                or head.config != config):
             raise ValueError("extend: head is not the full coding of x's first frames")
+        if quant.mode == MODE_LOG and sgn.shape != (x.shape[0] - nh, *x.shape[1:]):
+            raise ValueError("extend: sgn is not the sign map of the frames after the head")
         codes, ctx, outp = _buffers(x.size)
         nn, no = head.codes.size, head.outliers.size
         codes[:nn] = head.codes
