@@ -248,8 +248,8 @@ def head_frames(shape: tuple[int, ...]) -> int:
 @dataclass(frozen=True)
 class Tuning:
     """The classical configurations ranked on the stack's first window, best first (None:
-    no tuning, as for bit-exact floats); every window codes with the first; ``head``: the
-    first's full coding of that window, by ``config_key``, when the ranking coded all of
+    no tuning, as for bit-exact floats); every window codes with the first; ``head``: that
+    best one's full coding of that window, by ``config_key``, when the ranking coded all of
     it, so that coding it next costs nothing, or of its first frames where the window's
     coding begins with theirs (``ValuePredictor.extends``: then only the frames after
     them are coded next); else None (not compared)."""

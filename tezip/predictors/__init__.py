@@ -95,7 +95,7 @@ class ValuePredictor(ABC):
     def extends(self, shape: tuple[int, ...]) -> bool:
         """Whether the coding of a window of ``shape`` begins with the coding of its first
         frames on their own (frames coded apart, one channel), so that ``extend`` can
-        reuse it. None does by default."""
+        reuse it. False unless a predictor says otherwise."""
         return False
 
     def extend(self, head: Coded, x: np.ndarray, quant: Quantizer, config: dict,
