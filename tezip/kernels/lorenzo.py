@@ -397,70 +397,81 @@ def encode_pq(x, out, sgn, step, e_int, eb, mode, otype, lo, hi, three, codes, c
 
 
 @inline
-def _pq_dec_row(mode, otype, arrs, row, j0, dp, W, go, qp, state, three):
+def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three):
+    """Decode the volume, row by row (``three``: a constant at each call site, as in
+    ``_pq_pred``). The rows are a loop here, not calls of a row helper: every array an
+    inlined helper unpacks costs two atomic reference-count updates per call, 24 per
+    row when each row was a call (decoding smoke at 1e-3 1.04-1.05x, ks_pypde 1.00-1.02x
+    in ``kernel_ab.py``; the same change to ``encode_pq`` measured 0.92-0.96x)."""
     of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense = arrs
     step, inv, e_int, lo, hi = qp
     x0, x1, wp, bpos, op = state
     nov = outv.size
-    ra = np.int64(0)
     Wp = W + 2
-    nb = _pq_row_start(rg, j0, Wp)
-    # the row's predictions but for the value to the left, and its context entries, first,
-    # in a loop of their own (they read the rows before only), interleaved in one buffer:
-    # the loop that decodes holds fewer values (``benchmarks/results/kernel_ab.md``)
-    for xx in range(W):
-        q, s, nb = _pq_pred(rg, j0 + xx, dp, np.int64(0), Wp, nb, three)
-        pq[np.uint64(2 * xx)] = q
-        pq[np.uint64(2 * xx + 1)] = np.int64(dtab[np.uint64(go + s)])
-    for xx in range(W):
-        if (xx & (RUN_CHUNK - 1)) == 0:    # chunks of RUN_CHUNK points (a loop over
-            #                                chunks measured 5-8% slower than this test)
-            wp, bpos = run_start(wp, bpos, words.size, lw.size, min(RUN_CHUNK, W - xx))
-        i = row + xx
-        ui = np.uint64(i)
-        uj = np.uint64(j0 + xx)
-        p = ra + pq[np.uint64(2 * xx)]
-        sg = 1.0
-        if mode == MODE_LOG:
-            sv = sf[ui]
-            if sv == 2 or sv == -2:
-                of[ui] = 0.0 if sv > 0 else -0.0
-                rg[uj] = p << 8
-                ra = p
-                continue
-            sg = 1.0 if sv > 0 else -1.0
-        e = pq[np.uint64(2 * xx + 1)]
-        cb = e & -256       # the class x ALPHABET
-        slot = x0 & (M - 1)
-        sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
-        x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cb + sym)],
-                               np.int64(words[np.uint64(wp)]), wp)
-        hv = np.uint64(sym)
-        if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
-            if sym == OUT:
-                v = outv[np.uint64(op)] if op < nov else 0.0
-                if op < nov:
-                    outp[np.uint64(op)] = i
-                op += 1
-                g, has = grid(mode, v, inv, e_int)
-                gi = ipick(has, np.int64(pick(has, g, 0.0)), p)
-                rg[uj] = (gi << 8) | 255
+    for t in range(T):
+        go, fb, dp = _ring(t, H, W, three)
+        for y in range(H):
+            row = (t * H + y) * W
+            j0 = fb + y * Wp
+            ra = np.int64(0)
+            nb = _pq_row_start(rg, j0, Wp)
+            # the row's predictions but for the value to the left, and its context
+            # entries, first, in a loop of their own (they read the rows before only),
+            # interleaved in one buffer: the loop that decodes holds fewer values
+            # (``benchmarks/results/kernel_ab.md``)
+            for xx in range(W):
+                q, s, nb = _pq_pred(rg, j0 + xx, dp, np.int64(0), Wp, nb, three)
+                pq[np.uint64(2 * xx)] = q
+                pq[np.uint64(2 * xx + 1)] = np.int64(dtab[np.uint64(go + s)])
+            for xx in range(W):
+                if (xx & (RUN_CHUNK - 1)) == 0:    # chunks of RUN_CHUNK points (a loop over
+                    #                                chunks measured 5-8% slower than this test)
+                    wp, bpos = run_start(wp, bpos, words.size, lw.size, min(RUN_CHUNK, W - xx))
+                i = row + xx
+                ui = np.uint64(i)
+                uj = np.uint64(j0 + xx)
+                p = ra + pq[np.uint64(2 * xx)]
+                sg = 1.0
+                if mode == MODE_LOG:
+                    sv = sf[ui]
+                    if sv == 2 or sv == -2:
+                        of[ui] = 0.0 if sv > 0 else -0.0
+                        rg[uj] = p << 8
+                        ra = p
+                        continue
+                    sg = 1.0 if sv > 0 else -1.0
+                e = pq[np.uint64(2 * xx + 1)]
+                cb = e & -256       # the class x ALPHABET
+                slot = x0 & (M - 1)
+                sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
+                x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cb + sym)],
+                                       np.int64(words[np.uint64(wp)]), wp)
+                hv = np.uint64(sym)
+                if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
+                    if sym == OUT:
+                        v = outv[np.uint64(op)] if op < nov else 0.0
+                        if op < nov:
+                            outp[np.uint64(op)] = i
+                        op += 1
+                        g, has = grid(mode, v, inv, e_int)
+                        gi = ipick(has, np.int64(pick(has, g, 0.0)), p)
+                        rg[uj] = (gi << 8) | 255
+                        ra = gi
+                        of[ui] = v if abs(v) < np.inf else 0.0
+                        continue
+                    hv, bpos = escape_high(lw, bpos)
+                kb = e & 255
+                z = hv << np.uint64(kb)
+                if dense or kb:     # see core.dense_low
+                    w = bpos >> 6
+                    low, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
+                    z |= low
+                k = unzigzag(np.int64(z))
+                gi = p + k
                 ra = gi
-                of[ui] = v if abs(v) < np.inf else 0.0
-                continue
-            hv, bpos = escape_high(lw, bpos)
-        kb = e & 255
-        z = hv << np.uint64(kb)
-        if dense or kb:     # see core.dense_low
-            w = bpos >> 6
-            low, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
-            z |= low
-        k = unzigzag(np.int64(z))
-        gi = p + k
-        ra = gi
-        ak = abs(k)
-        rg[uj] = (gi << 8) | (ak if ak < 255 else 255)
-        of[ui] = from_grid(mode, otype, np.float64(gi), step, lo, hi, sg)
+                ak = abs(k)
+                rg[uj] = (gi << 8) | (ak if ak < 255 else 255)
+                of[ui] = from_grid(mode, otype, np.float64(gi), step, lo, hi, sg)
     return x0, x1, wp, bpos, op
 
 
@@ -482,25 +493,15 @@ def decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut,
     for s in range(ctab.size):
         dtab[s] = ce[np.int64(ctab[s])]
     pq = np.empty(2 * W, np.int64)     # a row's predictions (but the left value) and
-    #                                    context entries, interleaved (``_pq_dec_row``)
+    #                                    context entries, interleaved (``_pq_dec_vol``)
     arrs = (of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense_low(kbs))
     qp = (step, 1.0 / step, e_int, lo, hi)
-    x0 = st[0]
-    x1 = st[1]
-    wp = st[2]
-    bpos = st[3]
-    op = st[7]
-    for t in range(T):
-        go, fb, dp = _ring(t, H, W, three)
-        for y in range(H):
-            sta = (x0, x1, wp, bpos, op)
-            if three:
-                sta = _pq_dec_row(mode, otype, arrs, (t * H + y) * W, fb + y * (W + 2), dp, W,
-                                  go, qp, sta, True)
-            else:
-                sta = _pq_dec_row(mode, otype, arrs, (t * H + y) * W, fb + y * (W + 2), dp, W,
-                                  go, qp, sta, False)
-            x0, x1, wp, bpos, op = sta
+    sta = (st[0], st[1], st[2], st[3], st[7])
+    if three:       # (each way its own loop, with the previous frame's reads or not)
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, True)
+    else:
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, False)
+    x0, x1, wp, bpos, op = sta
     st[0] = x0
     st[1] = x1
     st[2] = wp
