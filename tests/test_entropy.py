@@ -9,7 +9,7 @@ import pytest
 
 from tezip import entropy
 from tezip.kernels import entropy as K
-from tezip.kernels.consts import ALPHABET, ESC, FLAG, KMAX, OUT, PREC, RANS_L, M
+from tezip.kernels.consts import ALPHABET, ESC, FC_SHIFT, FLAG, KMAX, OUT, PREC, RANS_L, M
 
 
 def _codes(rng: np.random.Generator, n: int, scale: float, outliers: float) -> np.ndarray:
@@ -341,4 +341,4 @@ def test_models_whose_frequencies_do_not_sum_to_m_are_refused(freqs):
     model = struct.pack("<HB", 4, 1) + bytes(4) + zstandard.ZstdCompressor().compress(good)
     t = entropy.tables(entropy.Streams(model, bytes(16), b""), 4, 0)
     assert (t.lut[:M - 1] == 0).all() and t.lut[M - 1] == 1
-    assert t.fc[0] == (M - 1) << 32 and t.fc[1] == (1 << 32) | (M - 1)
+    assert t.fc[0] == (M - 1) << FC_SHIFT and t.fc[1] == (1 << FC_SHIFT) | (M - 1)

@@ -14,6 +14,8 @@ FLAG = KMAX + 1      # the code that marks an outlier in a code array
 
 PREC = 12            # rANS probability precision (bits)
 M = 1 << PREC
+FC_SHIFT = 16        # the decoders' table entries: frequency << FC_SHIFT | cumulative (uint32;
+#                      both at most M)
 RANS_L = 1 << 16     # state in [2^16, 2^32), 16-bit renormalisation, 2 interleaved states
 ALPHABET = 256
 ESC = 254            # the high part does not fit: the rest follows in the escape stream

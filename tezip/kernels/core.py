@@ -232,6 +232,7 @@ def ipick(typingctx, c, a, b):
 from .consts import (  # noqa: E402,F401 (re-exported for the kernels)
     ALPHABET,
     ESC,
+    FC_SHIFT,
     FLAG,
     KMAX,
     MODE_FLOAT,
@@ -440,9 +441,10 @@ def unzigzag(z):
 @inline
 def rans_next(x0, x1, slot, f, word, wp):
     """Advance the decoding state x0 past a symbol of frequency/cumulative ``f`` (freq
-    << 32 | cum) read at ``slot``; ``word`` is the next 16-bit word of the stream (used
+    << FC_SHIFT | cum) read at ``slot``; ``word`` is the next 16-bit word of the stream (used
     only when the state needs it). Returns the states swapped (x1 decodes next)."""
-    x0 = (f >> 32) * (x0 >> PREC) + slot - (f & 0xFFFFFFFF)
+    f = np.int64(f)
+    x0 = (f >> FC_SHIFT) * (x0 >> PREC) + slot - (f & ((1 << FC_SHIFT) - 1))
     if x0 < RANS_L:
         x0 = (x0 << 16) | word
         wp += 1

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .core import ALPHABET, ESC, OUT, PREC, RANS_L, M, bit_length, inline, jit, mulhi
+from .core import ALPHABET, ESC, FC_SHIFT, OUT, PREC, RANS_L, M, bit_length, inline, jit, mulhi
 
 MIN_CLASS = 1024      # contexts are merged until a class holds this many codes
 MAX_CLASSES = 250
@@ -371,7 +371,7 @@ def model_tables(raw, n_class):
     """A window's model body (``n_class`` low-bit counts, then per class the number of
     symbols it codes and their frequencies, as varints) -> (low bits per class, and the
     flat tables of the fused decoders: ``lut[c * M + slot]`` the symbol, ``fc[c *
-    ALPHABET + s]`` = freq << 32 | cumulative freq; status): MODEL_OK, MODEL_TRUNCATED,
+    ALPHABET + s]`` = freq << FC_SHIFT | cumulative freq; status): MODEL_OK, MODEL_TRUNCATED,
     or MODEL_INCONSISTENT (what no coder writes: a class whose frequencies do not sum to
     M, more than 62 low bits or ALPHABET symbols, bytes left over). One pass in one call
     (in numpy steps and three calls, about 100 us more a window)."""
@@ -379,7 +379,7 @@ def model_tables(raw, n_class):
     # cover its M slots, and its ALPHABET symbols are all set); not read otherwise
     kbs = np.zeros(max(n_class, 1), np.int64)
     lut = np.empty(max(n_class, 1) * M, np.uint8)
-    fc = np.empty(max(n_class, 1) * ALPHABET, np.int64)
+    fc = np.empty(max(n_class, 1) * ALPHABET, np.uint32)
     if raw.size < n_class:
         return kbs, lut, fc, MODEL_TRUNCATED
     nsym = np.zeros(max(n_class, 1), np.int64)
@@ -403,7 +403,7 @@ def model_tables(raw, n_class):
             if f < 0 or f > M - acc:        # not acc + f > M: f may be near 2^63
                 bad = True
             elif not bad:
-                fc[np.uint64(c * ALPHABET + s)] = (f << 32) | acc
+                fc[np.uint64(c * ALPHABET + s)] = (f << FC_SHIFT) | acc
                 # unsigned indices: no test for negative ones, so the loop compiles to
                 # a fill (a slice assignment, or signed indices: 1.5-1.8x the time of
                 # this function on iris's windows at 1e-4, 50-75 us a window)

@@ -394,7 +394,7 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
     """Inverse of ``encode`` with the entropy decoding fused in. ``st`` carries the
     decoder state across calls (channels): x0, x1, word pos, bit accumulator, bits in it,
     byte pos, escape pos, outlier pos. ``lut``/``fc``: flat tables (class x slot ->
-    symbol; class x symbol -> freq << 32 | cumulative freq)."""
+    symbol; class x symbol -> freq << FC_SHIFT | cumulative freq, ``core.FC_SHIFT``)."""
     mode = literally(mode)
     otype = literally(otype)
     T, H, W = out.shape
