@@ -208,9 +208,9 @@ class Quantizer:
 
 @functools.lru_cache(maxsize=256)
 def _level_factors(alpha: float, beta: float) -> np.ndarray:
-    """The divisors of ``Quantizer.levels`` (read-only; cached: every window decoded
-    asks for them, and building them was some 5 us of a small window's ~80 us of
-    Python)."""
+    """The divisors of ``Quantizer.levels`` (read-only; cached: every window decoded and
+    every tuning trial asks for them, and building them took 3.9 us a call, 0.7 us
+    with the cache, of the some 80 us of Python a small window's decoding pays)."""
     f = np.ones(N_LEVELS)
     f[1:] = np.minimum(np.power(max(alpha, 1.0), np.arange(N_LEVELS - 1)), max(beta, 1.0))
     f.flags.writeable = False
