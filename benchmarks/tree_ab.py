@@ -41,15 +41,17 @@ def load_base(tree: str, where: str):
     dst = os.path.join(where, BASE_NAME)
     shutil.copytree(os.path.join(tree, "tezip"), dst,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    pat = re.compile(r"\b(from|import) tezip\b|([\"'f])tezip\.")
+    subs = ((re.compile(r"\bfrom tezip\b"), f"from {BASE_NAME}"),
+            (re.compile(r"\bimport tezip\b(?!\.)"), f"import {BASE_NAME} as tezip"),
+            (re.compile(r"([\"'])tezip\."), rf"\g<1>{BASE_NAME}."))
     for root, _, files in os.walk(dst):
         for fn in files:
             if fn.endswith(".py"):
                 p = os.path.join(root, fn)
                 with open(p) as f:
                     src = f.read()
-                src = pat.sub(lambda m: (f"{m.group(1)} {BASE_NAME}" if m.group(1)
-                                         else f"{m.group(2)}{BASE_NAME}."), src)
+                for pat, rep in subs:
+                    src = pat.sub(rep, src)
                 with open(p, "w") as f:
                     f.write(src)
     sys.path.insert(0, where)
