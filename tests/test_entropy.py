@@ -321,7 +321,8 @@ def _varint(v: int) -> bytes:
 @pytest.mark.parametrize("freqs", [
     [1, 2**63 - 1, 2**63 - 1, 4097],        # sums to M modulo 2^64, each step wraps
     [2**64 - 1, 4097],                       # -1 as a signed 64-bit value, then M + 1
-    [M, 1], [M - 1], [0, M + 1], [2**63, 2**63, M]])
+    [M, 1], [M - 1], [0, M + 1], [2**63, 2**63, M],
+    [2**64 + 5, M - 5], [2**64, M]])        # past 2^64: once read modulo 2^64 (5, 0)
 def test_models_whose_frequencies_do_not_sum_to_m_are_refused(freqs):
     """A class's frequencies must sum to M as integers: the check must not wrap around
     (a sum past 2^63 once made a damaged model look whole, and its table's slices

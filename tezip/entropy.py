@@ -98,7 +98,7 @@ class Tables:
     cmap: np.ndarray     # uint8 [n_ctx]
     kbs: np.ndarray      # int64 [n_class]
     lut: np.ndarray      # uint8 [n_class * M]
-    fc: np.ndarray       # int64 [n_class * ALPHABET]
+    fc: np.ndarray       # uint32 [n_class * ALPHABET]: freq << FC_SHIFT | cumulative
     words: np.ndarray    # uint16, then ``run_pad`` + 2 zeros (see ``tables``)
     low: np.ndarray      # the bit stream as uint64 words (``kernels.core.words64``), then
     #                      3 ``run_pad`` zeros

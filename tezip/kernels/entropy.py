@@ -348,7 +348,9 @@ def _rans_put(x, thr, mf, cum, r):
 
 @inline
 def _varint(buf, p):
-    """One unsigned varint of ``buf`` from byte p: (value, next p, ok)."""
+    """One unsigned varint of ``buf`` from byte p: (value, next p, ok). A value of 2^63 or
+    more reads as a negative one (the callers refuse negative counts and frequencies),
+    including one past 2^64, whose high bits were once dropped (2^64 read as 0)."""
     v = np.uint64(0)
     sh = 0
     nb = buf.size
@@ -357,6 +359,8 @@ def _varint(buf, p):
             return np.int64(v), p, False
         b = np.uint64(buf[p])
         p += 1
+        if sh == 63 and (b & np.uint64(0x7E)) != np.uint64(0):
+            v = np.uint64(0xFFFFFFFFFFFFFFFF)       # past 2^64: -1
         v |= (b & np.uint64(0x7F)) << np.uint64(sh)
         sh += 7
         if b < np.uint64(0x80):
