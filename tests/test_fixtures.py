@@ -41,3 +41,19 @@ def test_the_byte_plane_fixture_covers_every_transform():
         assert {f.window_meta(i)["p"] for i in range(f.n_windows)} == {"shuffle"}
     assert sorted(c["t"] for c in cfgs) == ["raw", "space", "time"]
     assert sum(c["fill"] is not None for c in cfgs) == 2
+
+
+def test_the_current_fixtures_hold_second_stages():
+    """v4 added the Lorenzo second stage: its fixtures hold 3-D and 2-D windows with one,
+    float and integer."""
+    seen = set()
+    for path in FIXTURES:
+        if path.parent.name != "v4":
+            continue
+        with tezip.open(path) as f:
+            for i in range(f.n_windows):
+                meta = f.window_meta(i)
+                if "w" in meta["cfg"]:
+                    seen.add((meta["p"], f.header["quant"]["kind"]))
+    assert {"lorenzo", "spatial"} <= {p for p, _ in seen}
+    assert {"float", "int"} <= {k for _, k in seen}

@@ -39,7 +39,8 @@ from .checksum import crc32
 from .errors import CorruptFileError, FormatVersionError, InputError, OptionError, OutputError
 
 MAGIC = b"\x89TEZ\r\n\x1a\n"
-FORMAT_VERSION = 3          # v1 files are read by tezip.legacy.v1; v2 by this reader
+FORMAT_VERSION = 4          # v1 files are read by tezip.legacy.v1; v2 and v3 by this reader
+#                             (v4: the Lorenzo predictors' second stage, {"pq": 1, "w": [...]})
 _PRE = struct.Struct("<8sHI")
 _CRC = struct.Struct("<I")
 _ENTRY = struct.Struct("<QQIII")

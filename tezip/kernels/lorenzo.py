@@ -20,6 +20,11 @@ previous frame, for 3-D): residuals cluster, so a point next to large codes expe
 large one. (Not the value to the left: the decoder would have to finish it before
 decoding the next symbol.)
 
+Second stage (``wts``, format v4, fitted per stack by the encoder): the Lorenzo residual
+v = g - p of a point is itself predicted from the residuals of its neighbours in the
+rows above and in the previous frame (``_pq_corr_row``), and the code is v less that
+prediction; the residuals are kept in a ring of their own.
+
 The v2 form (``decode``; read only): predictions from the reconstructed values, each
 value quantized around its prediction; ``act`` holds the code magnitudes; rows are
 decoded with fixed neighbour availability (above? previous frame?), and the first value
@@ -286,6 +291,54 @@ def _pq_pred(rg, j, dp, ra, Wp, nb, three):
     return ra + q, s, (bu, br, au, ar, gl, gl)
 
 
+N_W = 7         # the second stage's weights: up, up-left, up-right, up-up, previous frame,
+#                 its left and its up
+
+
+V_MAX = float(2**21)     # residuals enter the second stage clamped to [-V_MAX, V_MAX]
+
+
+@inline
+def _vstore(v):
+    """A residual as the residual ring holds it: clamped (so that every sum of the second
+    stage is an exact float), as a float64."""
+    f = np.float64(v)
+    return V_MAX if f > V_MAX else (-V_MAX if f < -V_MAX else f)
+
+
+@inline
+def _pq_corr_row(rv, pcf, jv0, dv, Wp, W, wt):
+    """The second stage of a fitted prequantized Lorenzo, for a row: ``pcf[x]`` the
+    residual expected at x (a float holding an integer), from the residuals of the rows
+    above and of the previous frame in the residual ring ``rv`` (``_vring``; ``dv`` the
+    previous frame's offset), weighted by ``wt`` (sixteenths) and floored. Nothing of
+    the row itself takes part: nothing is added to the decoder's path from one value to
+    the next (with the left neighbour's residual, decoding ks_pypde took 1.4-1.6x as
+    long). Exact: the weights are at most 64, the residuals 2^21, so every product and
+    sum is an integer below 2^30, and (s + 8) / 16 is s x 0.0625 + 0.5, both exact; as
+    float64 lanes, the row's loop is vector code."""
+    wu, wul, wur, wuu, wp, wpl, wpu = wt
+    for xx in range(W):
+        u = np.uint64(jv0 + xx - Wp)
+        q = np.uint64(jv0 + xx + dv)
+        sm = (((wu * rv[u] + wul * rv[u - np.uint64(1)]) + (wur * rv[u + np.uint64(1)]
+               + wuu * rv[u - np.uint64(Wp)])) + ((wp * rv[q] + wpl * rv[q - np.uint64(1)])
+              + wpu * rv[q - np.uint64(Wp)]))
+        pcf[xx] = np.floor(sm * 0.0625 + 0.5)
+
+
+@inline
+def _vring(t, H, W):
+    """The residual ring: three slots of (H + 2) x (W + 2) (two zero rows above, a zero
+    column on each side), frames in slots 0 and 1 in turn, slot 2 all 0. For frame t:
+    (start of its row 0, offset to the previous frame's slot, the zero slot for the
+    first frame: the previous frame takes part in the 2-D predictor's second stage as
+    well)."""
+    S = (H + 2) * (W + 2)
+    dv = ((1 - (t & 1)) * S if t > 0 else 2 * S) - (t & 1) * S
+    return (t & 1) * S + 2 * (W + 2) + 1, dv
+
+
 @inline
 def _pq_row_start(rg, j0, Wp):
     """``nb`` at a row's first point: the border's zeros but the up index and activity."""
@@ -295,17 +348,24 @@ def _pq_row_start(rg, j0, Wp):
 
 
 @inline
-def _pq_enc_row(mode, otype, arrs, row, j0, dp, W, go, qp, n, no, three):
-    xf, of, sf, rg, ctab, codes, ctx, outp = arrs
+def _pq_enc_row(mode, otype, arrs, row, j0, dp, W, go, qp, n, no, three, two, jv0, dv,
+                wt):
+    xf, of, sf, rg, ctab, codes, ctx, outp, rv, pcf = arrs
     step, inv, e_int, eb, lo, hi = qp
     ra = np.int64(0)
     Wp = W + 2
     nb = _pq_row_start(rg, j0, Wp)
+    if two:     # (a constant at each call site)
+        _pq_corr_row(rv, pcf, jv0, dv, Wp, W, wt)
     for xx in range(W):
         i = row + xx
         ui = np.uint64(i)
         uj = np.uint64(j0 + xx)
+        uv = np.uint64(jv0 + xx)
         p, s, nb = _pq_pred(rg, j0 + xx, dp, ra, Wp, nb, three)
+        pl = p
+        if two:
+            p = pl + np.int64(pcf[np.uint64(xx)])
         sg = 1.0
         if mode == MODE_LOG:
             sv = sf[ui]
@@ -313,6 +373,8 @@ def _pq_enc_row(mode, otype, arrs, row, j0, dp, W, go, qp, n, no, three):
                 of[ui] = 0.0 if sv > 0 else -0.0
                 rg[uj] = p << 8
                 ra = p
+                if two:
+                    rv[uv] = _vstore(p - pl)
                 continue
             sg = 1.0 if sv > 0 else -1.0
         ctx[np.uint64(n)] = ctab[np.uint64(go + s)]
@@ -327,6 +389,8 @@ def _pq_enc_row(mode, otype, arrs, row, j0, dp, W, go, qp, n, no, three):
         elif mode == MODE_LOG:
             ok = ok and within(xo, o, pw_limit(eb, abs(xo)))
         ra = gi
+        if two:
+            rv[uv] = _vstore(gi - pl)
         if ok:
             codes[np.uint64(n)] = k
             of[ui] = o
@@ -366,13 +430,26 @@ def _ctx_table():
     return tab
 
 
+@inline
+def _second_stage(wts, H, W):
+    """(whether there is one, the residual ring, the weights as a tuple)."""
+    two = False
+    for j in range(N_W):
+        two = two or wts[j] != 0
+    rv = np.zeros(3 * (H + 2) * (W + 2) if two else 1, np.float64)
+    wt = (np.float64(wts[0]), np.float64(wts[1]), np.float64(wts[2]), np.float64(wts[3]),
+          np.float64(wts[4]), np.float64(wts[5]), np.float64(wts[6]))
+    return two, rv, wt
+
+
 @jit
 def encode_pq(x, out, sgn, step, e_int, eb, mode, otype, lo, hi, three, codes, ctx, outp,
-              n0, no0):
+              n0, no0, wts):
     """Prequantized Lorenzo: code the volume ``x``: codes (FLAG for outliers) and contexts
     from position n0, outlier positions (flat indices into x, in coding order) from no0
     (as ``interp.encode``). Returns (n, no). Non-finite outliers leave 0 in ``out``: the
-    caller puts the exact values in afterwards."""
+    caller puts the exact values in afterwards. ``wts``: the second stage's ``N_W``
+    weights (``_pq_corr_row``, sixteenths; all 0: none, the plain form)."""
     mode = literally(mode)
     otype = literally(otype)
     T, H, W = x.shape
@@ -380,47 +457,68 @@ def encode_pq(x, out, sgn, step, e_int, eb, mode, otype, lo, hi, three, codes, c
     of = out.ravel()
     sf = sgn.ravel()
     rg = np.zeros(3 * (H + 1) * (W + 2), np.int64)
-    arrs = (xf, of, sf, rg, _ctx_table(), codes, ctx, outp)
+    two, rv, wt = _second_stage(wts, H, W)
+    pcf = np.empty(W if two else 1, np.float64)
+    arrs = (xf, of, sf, rg, _ctx_table(), codes, ctx, outp, rv, pcf)
     qp = (step, 1.0 / step, e_int, eb, lo, hi)
     n = n0
     no = no0
     for t in range(T):
         go, fb, dp = _ring(t, H, W, three)
+        fv, dv = _vring(t, H, W)
         for y in range(H):
-            if three:       # (each way its own loop, with the previous frame's reads or not)
-                n, no = _pq_enc_row(mode, otype, arrs, (t * H + y) * W, fb + y * (W + 2), dp,
-                                    W, go, qp, n, no, True)
+            # (each way its own loop: with the previous frame's reads or not, with the
+            # second stage or not)
+            row = (t * H + y) * W
+            j0 = fb + y * (W + 2)
+            if three and two:
+                n, no = _pq_enc_row(mode, otype, arrs, row, j0, dp, W, go, qp, n, no, True,
+                                    True, fv + y * (W + 2), dv, wt)
+            elif three:
+                n, no = _pq_enc_row(mode, otype, arrs, row, j0, dp, W, go, qp, n, no, True,
+                                    False, fv + y * (W + 2), dv, wt)
+            elif two:
+                n, no = _pq_enc_row(mode, otype, arrs, row, j0, dp, W, go, qp, n, no, False,
+                                    True, fv + y * (W + 2), dv, wt)
             else:
-                n, no = _pq_enc_row(mode, otype, arrs, (t * H + y) * W, fb + y * (W + 2), dp,
-                                    W, go, qp, n, no, False)
+                n, no = _pq_enc_row(mode, otype, arrs, row, j0, dp, W, go, qp, n, no, False,
+                                    False, fv + y * (W + 2), dv, wt)
     return n, no
 
 
 @inline
-def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three):
+def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three, two, wt):
     """Decode the volume, row by row (``three``: a constant at each call site, as in
     ``_pq_pred``). The rows are a loop here, not calls of a row helper: every array an
     inlined helper unpacks costs two atomic reference-count updates per call, 24 per
     row when each row was a call (decoding smoke at 1e-3 1.04-1.05x, ks_pypde 1.00-1.02x
     in ``kernel_ab.py``; the same change to ``encode_pq`` measured 0.92-0.96x)."""
-    of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense = arrs
+    of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense, rv, pc, pcf = arrs
     step, inv, e_int, lo, hi = qp
     x0, x1, wp, bpos, op = state
     nov = outv.size
     Wp = W + 2
     for t in range(T):
         go, fb, dp = _ring(t, H, W, three)
+        fv, dv = _vring(t, H, W)
         for y in range(H):
             row = (t * H + y) * W
             j0 = fb + y * Wp
+            jv0 = fv + y * Wp
             ra = np.int64(0)
             nb = _pq_row_start(rg, j0, Wp)
+            if two:
+                _pq_corr_row(rv, pcf, jv0, dv, Wp, W, wt)
             # the row's predictions but for the value to the left, and its context
             # entries, first, in a loop of their own (they read the rows before only),
             # interleaved in one buffer: the loop that decodes holds fewer values
             # (``benchmarks/results/kernel_ab.md``)
             for xx in range(W):
                 q, s, nb = _pq_pred(rg, j0 + xx, dp, np.int64(0), Wp, nb, three)
+                if two:     # the second stage's correction
+                    c = np.int64(pcf[np.uint64(xx)])
+                    pc[np.uint64(xx)] = c
+                    q += c
                 pq[np.uint64(2 * xx)] = q
                 pq[np.uint64(2 * xx + 1)] = np.int64(dtab[np.uint64(go + s)])
             for xx in range(W):
@@ -431,6 +529,7 @@ def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three):
                 ui = np.uint64(i)
                 uj = np.uint64(j0 + xx)
                 p = ra + pq[np.uint64(2 * xx)]
+                uv = np.uint64(jv0 + xx)
                 sg = 1.0
                 if mode == MODE_LOG:
                     sv = sf[ui]
@@ -438,6 +537,8 @@ def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three):
                         of[ui] = 0.0 if sv > 0 else -0.0
                         rg[uj] = p << 8
                         ra = p
+                        if two:     # the residual v = g - (p - correction)
+                            rv[uv] = _vstore(pc[np.uint64(xx)])
                         continue
                     sg = 1.0 if sv > 0 else -1.0
                 e = pq[np.uint64(2 * xx + 1)]
@@ -457,6 +558,8 @@ def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three):
                         gi = ipick(has, np.int64(pick(has, g, 0.0)), p)
                         rg[uj] = (gi << 8) | 255
                         ra = gi
+                        if two:
+                            rv[uv] = _vstore((gi - p) + pc[np.uint64(xx)])
                         of[ui] = v if abs(v) < np.inf else 0.0
                         continue
                     hv, bpos = escape_high(lw, bpos)
@@ -469,6 +572,8 @@ def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three):
                 k = unzigzag(np.int64(z))
                 gi = p + k
                 ra = gi
+                if two:
+                    rv[uv] = _vstore(k + pc[np.uint64(xx)])
                 ak = abs(k)
                 rg[uj] = (gi << 8) | (ak if ak < 255 else 255)
                 of[ui] = from_grid(mode, otype, np.float64(gi), step, lo, hi, sg)
@@ -477,7 +582,7 @@ def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three):
 
 @jit
 def decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut, fc, words,
-              lw, outv, outp, st):
+              lw, outv, outp, st, wts):
     """Inverse of ``encode_pq``, the entropy decoding fused in (``st`` as in ``decode``)."""
     mode = literally(mode)
     otype = literally(otype)
@@ -494,16 +599,80 @@ def decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut,
         dtab[s] = ce[np.int64(ctab[s])]
     pq = np.empty(2 * W, np.int64)     # a row's predictions (but the left value) and
     #                                    context entries, interleaved (``_pq_dec_vol``)
-    arrs = (of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense_low(kbs))
+    two, rv, wt = _second_stage(wts, H, W)
+    pc = np.empty(W if two else 1, np.int64)    # a row's second-stage corrections
+    pcf = np.empty(W if two else 1, np.float64)     # ... as ``_pq_corr_row`` gives them
+    arrs = (of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense_low(kbs), rv, pc, pcf)
     qp = (step, 1.0 / step, e_int, lo, hi)
     sta = (st[0], st[1], st[2], st[3], st[7])
-    if three:       # (each way its own loop, with the previous frame's reads or not)
-        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, True)
+    # (each way its own loop: with the previous frame's reads or not, with the second
+    # stage or not)
+    if three and two:
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, True, True, wt)
+    elif three:
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, True, False, wt)
+    elif two:
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, False, True, wt)
     else:
-        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, False)
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, False, False, wt)
     x0, x1, wp, bpos, op = sta
     st[0] = x0
     st[1] = x1
     st[2] = wp
     st[3] = bpos
     st[7] = op
+
+
+@jit
+def stage_moments(codes, nch, T, H, W, max_points):
+    """The normal equations of the second stage's least-squares fit on a window's plain
+    prequantized Lorenzo codes (``codes``: its residuals, FLAG for outliers, one per
+    value, ``nch`` channels of (T, H, W) one after another): (A'A, A'b, b'b, points),
+    A's rows the residuals of a point's seven ``_pq_corr_row`` neighbours, b its own,
+    each clamped as the residual ring holds it, over the points where all eight are
+    residuals: in every ``step``-th row of frames t >= 1, rows y >= 2, columns 1..W-2,
+    the step the smallest that keeps the points at most about ``max_points``."""
+    m = np.zeros((N_W + 1, N_W + 1), np.float64)     # the moments of (A | b)
+    f = np.zeros(N_W + 1, np.float64)
+    HW = H * W
+    rows = nch * max(T - 1, 0) * max(H - 2, 0)
+    step = max(1, (rows * max(W - 2, 1)) // max(max_points, 1))
+    n = 0
+    r = 0
+    for c in range(nch):
+        for t in range(1, T):
+            for y in range(2, H):
+                r += 1
+                if r % step != 0:
+                    continue
+                i0 = c * T * HW + t * HW + y * W
+                for x in range(1, W - 1):
+                    i = i0 + x
+                    k0 = codes[i - W]
+                    k1 = codes[i - W - 1]
+                    k2 = codes[i - W + 1]
+                    k3 = codes[i - 2 * W]
+                    k4 = codes[i - HW]
+                    k5 = codes[i - HW - 1]
+                    k6 = codes[i - HW - W]
+                    k7 = codes[i]
+                    if (k0 == FLAG or k1 == FLAG or k2 == FLAG or k3 == FLAG or k4 == FLAG
+                            or k5 == FLAG or k6 == FLAG or k7 == FLAG):
+                        continue
+                    f[0] = _vstore(k0)
+                    f[1] = _vstore(k1)
+                    f[2] = _vstore(k2)
+                    f[3] = _vstore(k3)
+                    f[4] = _vstore(k4)
+                    f[5] = _vstore(k5)
+                    f[6] = _vstore(k6)
+                    f[7] = _vstore(k7)
+                    for j in range(N_W + 1):
+                        fj = f[j]
+                        for k in range(j, N_W + 1):
+                            m[j, k] += fj * f[k]
+                    n += 1
+    for j in range(N_W + 1):
+        for k in range(j):
+            m[j, k] = m[k, j]
+    return m[:N_W, :N_W].copy(), m[:N_W, N_W].copy(), m[N_W, N_W], n

@@ -92,6 +92,16 @@ class ValuePredictor(ABC):
         point-wise relative mode (else a dummy). ``sample``: only codes and contexts are
         needed (ranking)."""
 
+    # whether ``fitted`` may give a configuration (the encoder then codes the window's
+    # first frames with this predictor even where it is the only finalist)
+    fits: ClassVar[bool] = False
+
+    def fitted(self, config: dict, coded: Coded, shape: tuple[int, ...]) -> dict | None:
+        """A configuration fitted to ``coded``, this predictor's coding under ``config``
+        of a window of ``shape`` (full codes, not a sample's), to be ranked beside
+        ``config``; None: none (the default)."""
+        return None
+
     def extends(self, shape: tuple[int, ...]) -> bool:
         """Whether the coding of a window of ``shape`` begins with the coding of its first
         frames on their own (frames coded apart, one channel), so that ``extend`` can
