@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", default=os.path.join(REPO, "benchmarks", "results",
                                                  "second_stage.md"))
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     rows = ["| stack | bound | v3 ratio | v4 ratio | v4 / v3 | v4 windows | "
             "enc MB/s v3 / v4 | dec MB/s v3 / v4 |", "|---|---|---|---|---|---|---|---|"]
     for name in STACKS:

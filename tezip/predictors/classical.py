@@ -4,9 +4,10 @@
   bounds (``kernels.interp``); its axis order, cubic or linear interpolation and the
   level-wise bounds are tuned per window.
 - ``lorenzo``: 3-D Lorenzo (``kernels.lorenzo``); ``spatial``: 2-D Lorenzo per frame.
-  Either may add a second stage fitted to the window's sample: its Lorenzo residuals
-  predicted from those of the neighbours in the rows above and the previous frame,
-  with weights in sixteenths found by least squares (``fit_second_stage``).
+  Either may add a second stage fitted to the stack (on the first window's first frames,
+  ``codec.tune``): its Lorenzo residuals predicted from those of the neighbours in the
+  rows above and the previous frame, with weights in sixteenths found by least squares
+  (``fit_second_stage``).
 
 Channels (T, H, W, C) are coded one after another with the same configuration, into one
 stream. Instances hold no per-call state: one instance serves every thread.
@@ -324,8 +325,8 @@ class Lorenzo2D(Lorenzo3D):
         if quant.mode == MODE_LOG and sgn.shape != (x.shape[0] - nh, *x.shape[1:]):
             raise ValueError("extend: sgn is not the sign map of the frames after the head")
         if "w" in config:
-            # the second stage reads the previous frame's residuals: the frames after the
-            # head are coded with the head's last frame, so the window is coded whole
+            # the second stage reads the previous frame's residuals, which the head's
+            # coding does not keep: the window is coded whole
             from ..codec import sign_map
 
             return self.encode(x, quant, config, sign_map(x, quant))
