@@ -120,6 +120,14 @@ def test_info_and_verify_text(tmp_path):
     assert "OK" in p.stdout and " dB, SSIM" in p.stdout and "n/a" not in p.stdout
 
 
+def test_info_names_second_stage_windows():
+    """A Lorenzo window with a second stage (format v4) is listed as 'lorenzo+stage'."""
+    path = Path(__file__).parent / "fixtures" / "v4" / "f32_stage_lorenzo.tez"
+    info = json.loads(run("info", path, "--json").stdout)
+    assert info["format_version"] == 4 and info["window_predictors"] == {"lorenzo+stage": 1}
+    assert "lorenzo+stage x1" in run("info", path).stdout
+
+
 def test_verify_text_of_an_exact_file(tmp_path):
     # it printed "PSNR n/a dB"
     np.save(tmp_path / "in.npy", smooth_stack((4, 16, 16)))

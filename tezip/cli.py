@@ -259,8 +259,11 @@ def info(file: Path, as_json: bool) -> None:
         used: dict[str, int] = {}
         seconds = 0.0                       # expected decoding time on one core
         for i, (t0, t1) in enumerate(f.window_frames()):
-            name = f.window_meta(i)["p"]
-            used[name] = used.get(name, 0) + 1
+            meta = f.window_meta(i)
+            name = meta["p"]
+            # a Lorenzo window with a second stage (format v4) as "lorenzo+stage"
+            label = name + "+stage" if "w" in (meta.get("cfg") or {}) else name
+            used[label] = used.get(label, 0) + 1
             seconds += (t1 - t0) * math.prod(f.shape[1:]) * f.dtype.itemsize / 1e6 \
                 / _decode_mbps(name, h.get("model"), f)
         model = h.get("model")
