@@ -35,7 +35,7 @@ from .windows import MAX_WINDOW_VALUES, dynamic_windows, fixed_windows, window_l
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 DEFAULT_WINDOW = 32
 _SHA256 = re.compile("[0-9a-f]{64}")
 
