@@ -313,7 +313,7 @@ def _pq_corr_row(rv, pcf, jv0, dv, Wp, W, wt):
     above and of the previous frame in the residual ring ``rv`` (``_vring``; ``dv`` the
     previous frame's offset), weighted by ``wt`` (sixteenths) and floored. Nothing of
     the row itself takes part: nothing is added to the decoder's path from one value to
-    the next (with the left neighbour's residual, decoding ks_pypde took 1.4-1.6x as
+    the next (with the left neighbour's residual, decoding ks_pypde took 1.4-1.8x as
     long). Exact: the weights are at most 64, the residuals 2^21, so every product and
     sum is an integer below 2^30, and (s + 8) / 16 is s x 0.0625 + 0.5, both exact; as
     float64 lanes, the row's loop is vector code."""
