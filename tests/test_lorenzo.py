@@ -278,3 +278,19 @@ def test_spatial_extension_with_a_second_stage_is_the_whole_coding():
     whole = pred.encode(x, quant, cfg, sign_map(x, quant))
     assert np.array_equal(ext.codes, whole.codes) and np.array_equal(ext.ctx, whole.ctx)
     assert np.array_equal(ext.outliers, whole.outliers) and ext.out.tobytes() == whole.out.tobytes()
+
+
+@pytest.mark.parametrize("axis,tap", [(1, 0), (0, 4)])
+def test_the_fit_reads_the_taps_the_kernel_weights(axis, tap):
+    """Residuals that are a random walk down the rows (or through the frames) are best
+    predicted by the one above (or the previous frame's): the fit puts 16/16 on that tap
+    (``stage_moments`` and ``_pq_corr_row`` name the taps in the same order)."""
+    from tezip.predictors.classical import fit_second_stage
+
+    rng = np.random.default_rng(9)
+    steps = rng.integers(-40, 41, (6, 24, 24))
+    codes = np.cumsum(steps, axis=axis).astype(np.int32)
+    w = fit_second_stage(codes.ravel(), codes.shape)
+    want = [0] * 7
+    want[tap] = 16
+    assert w is not None and max(abs(a - b) for a, b in zip(w, want, strict=True)) <= 1

@@ -325,8 +325,9 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
              for i, (name, cfg) in enumerate(finalists)]
     # configurations fitted to a finalist's coding of the head (``ValuePredictor.
     # fitted``: the Lorenzo second stage), ranked beside them; fitted only for a finalist
-    # within _FIT_MARGIN of the best (a second stage saved at most 20% on the shared data
-    # sets; speckle's Lorenzo, 1.22x interp's size on the head, was fitted in vain)
+    # within _FIT_MARGIN of the best, as a fit farther behind cannot close the gap (a
+    # second stage saved at most 18% on the shared stacks; speckle's Lorenzo, 1.22x
+    # interp's size on the head, is not fitted: 0.1-0.2 ms saved)
     top = min(sizes)[0]
     for i, (name, cfg) in enumerate(list(finalists)):
         pred = predictors.get(name)
