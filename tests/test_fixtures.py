@@ -57,3 +57,18 @@ def test_the_current_fixtures_hold_second_stages():
                     seen.add((meta["p"], f.header["quant"]["kind"]))
     assert {"lorenzo", "spatial"} <= {p for p, _ in seen}
     assert {"float", "int"} <= {k for _, k in seen}
+
+
+def test_the_current_fixtures_hold_edge_extrapolation():
+    """v5 added interp's linear extrapolation at the edges: its fixtures hold windows
+    with it, float and integer."""
+    seen = set()
+    for path in FIXTURES:
+        if path.parent.name != "v5":
+            continue
+        with tezip.open(path) as f:
+            for i in range(f.n_windows):
+                meta = f.window_meta(i)
+                if meta["p"] == "interp" and meta["cfg"].get("edge"):
+                    seen.add(f.header["quant"]["kind"])
+    assert {"float", "int"} <= seen

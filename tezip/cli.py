@@ -261,8 +261,10 @@ def info(file: Path, as_json: bool) -> None:
         for i, (t0, t1) in enumerate(f.window_frames()):
             meta = f.window_meta(i)
             name = meta["p"]
-            # a Lorenzo window with a second stage (format v4) as "lorenzo+stage"
-            label = name + "+stage" if "w" in (meta.get("cfg") or {}) else name
+            # a Lorenzo window with a second stage (format v4) as "lorenzo+stage", an
+            # interpolation extrapolating linearly at edges (v5) as "interp+edge"
+            cfg = meta.get("cfg") or {}
+            label = name + ("+stage" if "w" in cfg else "+edge" if cfg.get("edge") else "")
             used[label] = used.get(label, 0) + 1
             seconds += (t1 - t0) * math.prod(f.shape[1:]) * f.dtype.itemsize / 1e6 \
                 / _decode_mbps(name, h.get("model"), f)

@@ -35,8 +35,11 @@ from .windows import MAX_WINDOW_VALUES, dynamic_windows, fixed_windows, window_l
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.4.0"
-DEFAULT_WINDOW = 32
+__version__ = "0.5.0"
+DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
+#                            interpolation's anchor grid (32 apart), so no frame is
+#                            extrapolated in time (32 frames coded smooth fields 8-42%
+#                            larger, the shared stacks up to 1% larger)
 _SHA256 = re.compile("[0-9a-f]{64}")
 
 

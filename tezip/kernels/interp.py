@@ -5,8 +5,9 @@ Anchors, points at multiples of ``anchor`` on every axis, are stored exactly. Th
 stride ``anchor/2`` down to 1, each level visits the axes in ``order``: along axis d at
 stride s it predicts the points at odd multiples of s along d (multiples of s on the
 axes visited before d, of 2s on those after) from reconstructed neighbours at -3s, -s,
-+s, +3s: cubic, quadratic near the ends, linear, or the left neighbour where there is no
-right one (an edge). Level l (stride 2^(l-1)) quantizes with its own step
++s, +3s: cubic, quadratic near the ends, linear, or where there is no right neighbour
+(an edge) the left one, or (``EDGE_T``, ``EDGE_S``) the line through the left neighbours
+at -s and -3s, where both exist. Level l (stride 2^(l-1)) quantizes with its own step
 (``steps[l]``): coarse levels may use a tighter bound, so that the many points of the
 fine levels are predicted from more accurate neighbours. Every reconstruction is checked
 against the user's bound (``eb``).
@@ -102,10 +103,16 @@ def _plan(o0, o1, o2, oi, s):
     return st0, sp0, st1, sp1, st2, sp2
 
 
+CUBIC = 1           # ``kind`` flags of the kernels: cubic interpolation; linear
+EDGE_T = 2          # extrapolation at the edges of axis 0 (time), of axes 1 and 2
+EDGE_S = 4          # (space; both format v5)
+
+
 @scalar
-def _kind(c, n, s, sd, cubic):
+def _kind(c, n, s, sd, cubic, ledge):
     """Taps (offsets o0..o3, weights w0..w3), variation tap ov, edge flag and linear
-    flag for a point at coordinate c along an axis of size n, stride s (flat stride sd).
+    flag for a point at coordinate c along an axis of size n, stride s (flat stride sd);
+    ``ledge``: linear extrapolation at an edge of this axis.
     Linear: the taps are -sd, +sd, +sd, +sd and the weights 0, 1/2, 1/2, 0 (the runs
     decode and encode through a loop of their own that reads the two neighbours once)."""
     if c + s < n:
@@ -119,16 +126,21 @@ def _kind(c, n, s, sd, cubic):
             return -3 * sd, sd, sd, sd, -0.125, 0.75, 0.375, 0.0, False, False
         return -sd, sd, sd, sd, 0.0, 0.5, 0.5, 0.0, False, True
     if c >= 3 * s:
+        if ledge:       # 1.5 left - 0.5 left3: the line through them
+            return -3 * sd, -sd, -sd, -3 * sd, -0.5, 1.5, 0.0, 0.0, True, False
         return -sd, -sd, -sd, -3 * sd, 0.0, 1.0, 0.0, 0.0, True, False
     return -sd, -sd, -sd, -sd, 0.0, 1.0, 0.0, 0.0, True, False
 
 
 @scalar
-def _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x, cubic, grp):
+def _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x, kind, grp):
     """The run of points that starts at coordinate c (along axis d, row ``row``) of a
     pass: (start, count, flat step, taps, variation tap, stride, context group base),
     weights, and whether it is linear (see ``_kind``)."""
-    q0, q2, q3, qv, w0, w1, w2, w3, edge, lin = _kind(c, W if d == 2 else nd, s, sd, cubic)
+    cubic = (kind & CUBIC) != 0
+    ledge = (kind & (EDGE_T if d == 0 else EDGE_S)) != 0
+    q0, q2, q3, qv, w0, w1, w2, w3, edge, lin = _kind(c, W if d == 2 else nd, s, sd, cubic,
+                                                      ledge)
     cnt = _run_length(c, W, s, cubic) if d == 2 else cnt_x
     geo = ((row + c, cnt, 2 * s) if d == 2 else (row + st2, cnt, sp2)) + (
         q0, q2, q3, qv, sd, (G_EDGE if edge else grp) * NB)
@@ -189,7 +201,7 @@ def _run_length(c, n, s, cubic):
 
 
 @jit
-def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order, cubic,
+def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order, kind,
            anchor, codes, ctx, outp, n0, no0):
     """Code the volume ``x``: codes (FLAG for outliers) and contexts from position n0,
     outlier positions (flat indices into x, in coding order) from no0. Returns (n, no).
@@ -267,7 +279,7 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
                         # windows 0.99-1.03x; the same change to ``decode``, 0.98-0.99x
                         # on iris and smoke, was left out)
                         geo, wts, lin = _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x,
-                                             cubic, grp)
+                                             kind, grp)
                         i0, cnt, istep, o0_, o2_, o3_, ov, sdr, gb = geo
                         w0, w1, w2, w3 = wts
                         if lin:         # (``_predict``: one loop for each way)
@@ -389,7 +401,7 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
 
 
 @jit
-def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor, cmap,
+def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, kind, anchor, cmap,
            kbs, lut, fc, words, lw, outv, outp, st):
     """Inverse of ``encode`` with the entropy decoding fused in. ``st`` carries the
     decoder state across calls (channels): x0, x1, word pos, bit accumulator, bits in it,
@@ -467,7 +479,7 @@ def decode(out, rec, base, sgn, steps, mode, otype, lo, hi, order, cubic, anchor
                     c = s if d == 2 else (t if d == 0 else y)
                     while True:
                         geo, wts, lin = _run(c, d, row, W, nd, s, sd, st2, sp2, cnt_x,
-                                             cubic, grp)
+                                             kind, grp)
                         i0, left = geo[0], geo[1]
                         while left > 0:     # in chunks of at most RUN_CHUNK points
                             m = min(left, RUN_CHUNK)

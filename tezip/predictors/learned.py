@@ -26,7 +26,7 @@ from ..learned.model import Model
 from ..learned.runtime import Forecaster
 from ..quantize import Quantizer
 from . import Coded, ValuePredictor
-from .classical import DEFAULT_ANCHOR, Interpolation
+from .classical import DEFAULT_ANCHOR, Interpolation, interp_kind
 
 SNAP = 64.0
 N_CTX = 2 * KI.N_CTX              # the keyframe's contexts, then the forecast errors'
@@ -113,7 +113,7 @@ class Learned(ValuePredictor):
                 n0, no0 = nn, no
                 nn, no = call(KI.encode, (8, 9), xc, b, o, rec, np.zeros(1, np.int8), steps,
                               eints, quant.eb, quant.mode, quant.otype, lo, hi,
-                              np.asarray(cfg["order"], np.int64), bool(cfg["cubic"]),
+                              np.asarray(cfg["order"], np.int64), interp_kind(cfg),
                               int(cfg["anchor"]), codes, ctx, outp, n0, no0)
                 if t:
                     ctx[n0:nn] += KI.N_CTX
@@ -162,7 +162,7 @@ class Learned(ValuePredictor):
                 op0 = int(st[7])
                 call(KI.decode, (5, 6), o, rec, b, np.zeros(1, np.int8), steps, quant.mode,
                      quant.otype, lo, hi, np.asarray(cfg["order"], np.int64),
-                     bool(cfg["cubic"]), int(cfg["anchor"]), cmap, tables.kbs, tables.lut,
+                     interp_kind(cfg), int(cfg["anchor"]), cmap, tables.kbs, tables.lut,
                      tables.fc, tables.words, tables.low, outv, outp, st)
                 op1 = min(int(st[7]), outv.size)
                 p = outp[op0:op1].astype(np.int64)
