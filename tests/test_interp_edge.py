@@ -129,3 +129,30 @@ def test_info_labels_edge_windows(tmp_path):
     r = CliRunner().invoke(cli, ["info", str(p)])
     assert r.exit_code == 0, r.output
     assert "interp+edge" in r.output
+
+
+@pytest.mark.parametrize("shape,want", [((33, 33, 33, 4), False), ((32, 33, 33), True),
+                                        ((33, 64, 64), True), ((3, 3, 3), False),
+                                        ((33, 65, 97), False), ((65, 17, 33), True)])
+def test_has_edges_tells_where_the_extrapolation_can_act(shape, want):
+    from tezip.predictors.classical import has_edges
+
+    assert has_edges(shape) is want
+
+
+def test_no_edge_trial_on_a_sample_without_edges():
+    # a full window of 33 frames of large frames: the sample's 33 x 33 tiles sit on the
+    # anchor grid, where the trial could only tie
+    x = np.repeat(_smooth_field(33, 24, 28), 3, axis=1).repeat(3, axis=2)[:, :70, :75]
+    x = np.ascontiguousarray(x)
+    quant = quantizer(resolve(ErrorBound("rel", rel=1e-4), x.dtype, _range(x)))
+    sample = codec.sample_tiles(x)
+    assert sample.shape[1:3] == (33, 33)
+    tried = predictors.get("interp").tune(sample, quant, codec.sign_map(sample, quant),
+                                          lambda c: codec._estimate(c, 4))
+    assert not any(c.get("edge") for _, c in tried)
+    # ... while the whole window of a small frame is its own sample, and gets the trial
+    small = _smooth_field()
+    tried = predictors.get("interp").tune(small, quant, codec.sign_map(small, quant),
+                                          lambda c: codec._estimate(c, 4))
+    assert any(c.get("edge") for _, c in tried)
