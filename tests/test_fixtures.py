@@ -43,32 +43,26 @@ def test_the_byte_plane_fixture_covers_every_transform():
     assert sum(c["fill"] is not None for c in cfgs) == 2
 
 
-def test_the_current_fixtures_hold_second_stages():
+def _windows(version: str):
+    """(window record, quantizer kind) of every window of the fixtures of ``version``."""
+    for path in FIXTURES:
+        if path.parent.name == version:
+            with tezip.open(path) as f:
+                for i in range(f.n_windows):
+                    yield f.window_meta(i), f.header["quant"]["kind"]
+
+
+def test_the_v4_fixtures_hold_second_stages():
     """v4 added the Lorenzo second stage: its fixtures hold 3-D and 2-D windows with one,
     float and integer."""
-    seen = set()
-    for path in FIXTURES:
-        if path.parent.name != "v4":
-            continue
-        with tezip.open(path) as f:
-            for i in range(f.n_windows):
-                meta = f.window_meta(i)
-                if "w" in meta["cfg"]:
-                    seen.add((meta["p"], f.header["quant"]["kind"]))
+    seen = {(meta["p"], kind) for meta, kind in _windows("v4") if "w" in meta["cfg"]}
     assert {"lorenzo", "spatial"} <= {p for p, _ in seen}
     assert {"float", "int"} <= {k for _, k in seen}
 
 
-def test_the_current_fixtures_hold_edge_extrapolation():
+def test_the_v5_fixtures_hold_edge_extrapolation():
     """v5 added interp's linear extrapolation at the edges: its fixtures hold windows
     with it, float and integer."""
-    seen = set()
-    for path in FIXTURES:
-        if path.parent.name != "v5":
-            continue
-        with tezip.open(path) as f:
-            for i in range(f.n_windows):
-                meta = f.window_meta(i)
-                if meta["p"] == "interp" and meta["cfg"].get("edge"):
-                    seen.add(f.header["quant"]["kind"])
+    seen = {kind for meta, kind in _windows("v5")
+            if meta["p"] == "interp" and meta["cfg"].get("edge")}
     assert {"float", "int"} <= seen
