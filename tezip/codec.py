@@ -38,8 +38,9 @@ allocator.configure()
 __version__ = "0.5.0"
 DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
 #                            interpolation's anchor grid (32 apart), so no frame is
-#                            extrapolated in time (32 frames coded smooth fields 8-42%
-#                            larger, the shared stacks up to 1% larger)
+#                            extrapolated in time (windows of 32 coded two smooth fields
+#                            8-42% larger, the shared stacks up to 1% larger, a Gray-Scott
+#                            run 1.1% smaller at 1e-2: benchmarks/results/edges.md)
 _SHA256 = re.compile("[0-9a-f]{64}")
 
 
