@@ -109,7 +109,7 @@ def test_multichannel_stack(tmp_path):
 def test_info_and_verify_text(tmp_path):
     np.save(tmp_path / "in.npy", smooth_stack((20, 16, 16)))
     p = run("compress", tmp_path / "in.npy", tmp_path / "a.tez", "--bound", "1e-3",
-            "--window", "16")
+            "--window", "10")
     assert "ratio" in p.stdout and "MB/s" in p.stdout
     p = run("info", tmp_path / "a.tez")
     assert "(20, 16, 16) float32" in p.stdout and "rel" in p.stdout

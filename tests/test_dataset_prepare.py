@@ -97,7 +97,7 @@ def digests(d: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("in")
-    np.save(d / "big.npy", smooth_stack((150, 40, 36), "float32", seed=1))   # 10 windows
+    np.save(d / "big.npy", smooth_stack((150, 40, 36), "float32", seed=1))   # 9 windows of 16
     np.save(d / "small.npy", smooth_stack((20, 24, 20), "uint16", seed=2, scale=3000))
     return d
 
@@ -115,7 +115,8 @@ def test_pieces_are_window_aligned_runs_of_their_shard():
     sh = plan.plan_shards([info], codec, 10**9)
     assert [(s.t0, s.t1) for s in sh] == [(0, 150)]
     pieces = plan.plan_pieces(sh, [info], codec, sh[0].raw_bytes // 4)
-    assert [(p.t0, p.t1) for p in pieces] == [(0, 32), (32, 80), (80, 112), (112, 150)]
+    # 9 windows: the last of 22 frames holds the tail of 6 (windows.coded_windows)
+    assert [(p.t0, p.t1) for p in pieces] == [(0, 32), (32, 64), (64, 96), (96, 150)]
     assert not any(p.whole for p in pieces)
     assert plan.plan_pieces(sh, [info], codec, sh[0].raw_bytes)[0].whole
     # never more pieces than windows, never a piece of one frame

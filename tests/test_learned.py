@@ -292,7 +292,7 @@ def test_train_command_reports_bad_options_in_one_line(tmp_path):
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "--clip >= 3" in p.stderr
 
 
-@pytest.mark.parametrize("frames,window", [(13, 4), (10, 3)])
+@pytest.mark.parametrize("frames,window", [(13, 2), (9, 2)])  # (shorter tails join)
 def test_forced_learned_codes_a_last_window_of_one_frame_classically(models, frames, window):
     """A stack whose length leaves one frame over: that window has no past to forecast
     from, so it is coded classically (it was refused, blaming the channel count)."""

@@ -66,8 +66,11 @@ needs_mpi = pytest.mark.skipif(
 def make_inputs(d: Path) -> list[str]:
     d.mkdir(parents=True, exist_ok=True)
     np.save(d / "a.npy", smooth_stack((40, 32, 30), "float32", seed=1))
+    # windows of 16 frames: b's last 6 frames join the window before (windows.coded_windows),
+    # so b has 4 windows; a (40 frames) and c (56) keep their last windows of 8, and c's 4
+    # windows make 3 shards, the last of two windows (assembled from pieces on two ranks)
     np.save(d / "b.npy", smooth_stack((70, 24, 20), "uint16", seed=2, scale=3000))
-    c = smooth_stack((50, 16, 16), "float64", seed=3)
+    c = smooth_stack((56, 16, 16), "float64", seed=3)
     c[5, 3, 3] = np.nan
     with h5py.File(d / "c.h5", "w") as f:
         f.create_dataset("/entry/data/data", data=c)
@@ -98,7 +101,7 @@ def one_rank(tmp_path_factory):
 
 def test_one_rank_manifest_and_bound(one_rank):
     root, ds, p = one_rank
-    assert "11 shards (11 written, 0 reused)" in p.stdout
+    assert "10 shards (10 written, 0 reused)" in p.stdout
     m = json.loads((ds / "manifest.json").read_text())
     assert m["format"] == "tezip-dataset" and m["version"] == 1
     assert m["codec"] == {"mode": "rel", "bound": BOUND, "rel_bound": None,
@@ -111,8 +114,8 @@ def test_one_rank_manifest_and_bound(one_rank):
     assert [s["file"] for s in shards] == [f"shard-{i:06d}.tez" for i in range(len(shards))]
     # sources are recorded as absolute paths, usable from any directory
     assert [s["source"] for s in shards] == [str(root / n) for n in
-                                             ["a.npy"] * 3 + ["b.npy"] * 5 + ["c.h5"] * 3]
-    assert m["total_frames"] == 160 == sum(s["frames"] for s in shards)
+                                             ["a.npy"] * 3 + ["b.npy"] * 4 + ["c.h5"] * 3]
+    assert m["total_frames"] == 166 == sum(s["frames"] for s in shards)
     assert m["total_bytes"] == sum(s["bytes"] for s in shards)
     first = 0
     sources: dict[str, np.ndarray] = {}
@@ -141,17 +144,17 @@ def test_one_rank_manifest_and_bound(one_rank):
 
 def test_shards_are_ordinary_tez_files(one_rank, tmp_path):
     root, ds, _ = one_rank
-    p = run("info", ds / "shard-000009.tez", "--json")
+    p = run("info", ds / "shard-000008.tez", "--json")
     info = json.loads(p.stdout)
     assert info["shape"] == [16, 16, 16] and info["metadata"]["source_frames"] == [16, 32]
-    run("decompress", ds / "shard-000009.tez", tmp_path / "back.npy")
+    run("decompress", ds / "shard-000008.tez", tmp_path / "back.npy")
     assert np.load(tmp_path / "back.npy").shape == (16, 16, 16)
 
 
 def test_verify_dataset_ok_then_damaged_and_missing(one_rank, tmp_path):
     _, ds, _ = one_rank
     p = run("verify", ds)
-    assert "11 shards OK" in p.stdout
+    assert "10 shards OK" in p.stdout
     copy = tmp_path / "ds"
     shutil.copytree(ds, copy)
     target = copy / "shard-000004.tez"
@@ -164,7 +167,7 @@ def test_verify_dataset_ok_then_damaged_and_missing(one_rank, tmp_path):
     assert "shard-000004.tez: sha256" in p.stdout and "shard-000007.tez: missing" in p.stdout
     assert "shard-000000.tez" not in p.stdout
     rep = json.loads(run("verify", copy, "--json", ok=False).stdout)
-    assert not rep["passed"] and rep["ok"] == 9
+    assert not rep["passed"] and rep["ok"] == 8
     assert {x["file"] for x in rep["problems"]} == {"shard-000004.tez", "shard-000007.tez"}
 
 
@@ -181,7 +184,7 @@ def test_two_ranks_write_the_same_shards(one_rank):
     inputs = ["a.npy", "b.npy", "c.h5:/entry/data/data"]
     p = run("prepare", *inputs, "--out", "ds2", *ARGS, "--json", cwd=root, mpi=2)
     summary = json.loads(p.stdout)
-    assert summary["ranks"] == 2 and summary["shards_written"] == 11
+    assert summary["ranks"] == 2 and summary["shards_written"] == 10
     assert all(r["shards_written"] > 0 for r in summary["per_rank"])   # both ranks worked
     assert shard_digests(root / "ds2") == shard_digests(ds)
     assert (root / "ds2" / "manifest.json").read_text() == (ds / "manifest.json").read_text()
@@ -218,15 +221,15 @@ def test_force_rerun_over_a_finished_dataset(one_rank, tmp_path):
     shutil.copytree(ds, d)
     p = run("prepare", *inputs, "--out", d, *ARGS, "--force", "--json", cwd=root, mpi=2)
     summary = json.loads(p.stdout)
-    assert summary["shards_written"] == 11 and summary["shards_reused"] == 0
-    assert sum(r["pieces"] for r in summary["per_rank"]) > 11     # some shards assembled
+    assert summary["shards_written"] == 10 and summary["shards_reused"] == 0
+    assert sum(r["pieces"] for r in summary["per_rank"]) > 10     # some shards assembled
     assert shard_digests(d) == shard_digests(ds)
     assert (d / "manifest.json").read_text() == (ds / "manifest.json").read_text()
-    assert "11 shards OK" in run("verify", d).stdout
+    assert "10 shards OK" in run("verify", d).stdout
     # one rank over the two ranks' output, with --force
     p = run("prepare", *inputs, "--out", d, *ARGS, "--force", cwd=root)
-    assert "(11 written, 0 reused)" in p.stdout
-    assert "11 shards OK" in run("verify", d).stdout
+    assert "(10 written, 0 reused)" in p.stdout
+    assert "10 shards OK" in run("verify", d).stdout
 
 
 @needs_mpi
@@ -257,7 +260,7 @@ def test_resume_rewrites_only_what_is_missing(one_rank, tmp_path):
     (d / "shard-000002.tez.json").unlink()           # shard without sidecar: not trusted
     p = run("prepare", "a.npy", "b.npy", "c.h5:/entry/data/data", "--out", "ds", *ARGS,
             cwd=work)
-    assert "(2 written, 9 reused)" in p.stdout
+    assert "(2 written, 8 reused)" in p.stdout
     after = {p.name: p.stat().st_mtime_ns for p in d.glob("shard-*.tez")}
     changed = {k for k in after if after[k] != before.get(k)}
     assert changed == {"shard-000002.tez", "shard-000005.tez"}
@@ -355,7 +358,7 @@ def test_failure_while_encoding_keeps_finished_shards(tmp_path, monkeypatch):
     assert len(list((tmp_path / "ds").glob("shard-*.tez.json"))) == 5   # a: 3, b: 2
     monkeypatch.setattr(shards, "compress_stack", real)
     res = prep.prepare(cfg, dcomm.SerialComm())
-    assert (res.shards_written, res.shards_reused) == (6, 5)
+    assert (res.shards_written, res.shards_reused) == (5, 5)
 
 
 def test_plan_is_window_aligned_and_independent_of_ranks():

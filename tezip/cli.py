@@ -151,7 +151,8 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--threads", type=click.IntRange(min=1),
               help="windows coded in parallel (default: one thread per CPU)")
 @click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
-              help="frames per independently decodable window (with --threshold: at most)")
+              help="frames per independently decodable window; a last window of fewer "
+                   "than half as many joins the one before (with --threshold: at most)")
 @click.option("--threshold", type=float,
               help="dynamic windows: start a new keyframe where the mean frame-to-frame change "
                    "exceeds this fraction of the value range (scene cuts, resets)")

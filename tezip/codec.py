@@ -29,7 +29,7 @@ from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
 from .kernels.consts import MODE_LOG, RUN_CHUNK
 from .quantize import ErrorBound, Quantizer, QuantParams, check_dtype, quantizer, resolve
-from .windows import MAX_WINDOW_VALUES, dynamic_windows, fixed_windows, window_length
+from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_length
 
 # the allocator keeps the windows' buffers between windows (``allocator``: in some
 # processes, up to a quarter of the encoding time went to page faults)
@@ -861,7 +861,12 @@ def tune_stack(stack: Any, options: Options,
     qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
     wlen = window_length(options.window, math.prod(shape[1:]))
     classical = _classical(options)
-    return Tuning(_tune_on(stack.read(0, min(wlen, shape[0])), qp, classical).finalists)
+    return Tuning(_tune_on(stack.read(*_head(shape, wlen)), qp, classical).finalists)
+
+
+def _head(shape: tuple[int, ...], wlen: int) -> tuple[int, int]:
+    """The frames the tuning runs on: the first of the fixed windows."""
+    return coded_windows(shape[0], wlen, math.prod(shape[1:]))[0]
 
 
 def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, *,
@@ -903,29 +908,30 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
             learned = for_model(model)
     if options.predictor == "learned" and model is None:
         raise OptionError(_learned_refusal(np.zeros((2, 1, 1), dtype), quantizer(qp), None))
-    header = build_header(stack, options, qp, vrange, wlen,
+    if options.threshold:
+        scale = vrange[1] - vrange[0]
+        if scale <= 0:
+            lo, hi = value_range(stack)
+            scale = hi - lo
+        plan = dynamic_windows(stack, wlen, options.threshold, scale)
+    else:
+        plan = coded_windows(shape[0], wlen, math.prod(shape[1:]))
+    # the header's window: the longest a window may be (a joined last one is longer)
+    header = build_header(stack, options, qp, vrange, max([wlen] + [b - a for a, b in plan]),
                           model_record(model) if learned is not None else None)
     candidates = options.candidates(learned is not None)
     thorough = options.adapt or options.predictor == "learned"
     stats = Stats(raw_bytes=math.prod(shape) * dtype.itemsize)
     model_paid = learned is None or not embed      # a stored model must pay for itself
     with ContainerWriter(out, header, force=force, fileobj=fileobj) as w:
-        if options.threshold:
-            scale = vrange[1] - vrange[0]
-            if scale <= 0:
-                lo, hi = value_range(stack)
-                scale = hi - lo
-            plan = dynamic_windows(stack, wlen, options.threshold, scale)
-        else:
-            plan = fixed_windows(shape[0], wlen)
         first = stack.read(*plan[0])
         frames = ((t0, t1, first if i == 0 else stack.read(t0, t1))
                   for i, (t0, t1) in enumerate(plan))
         # the first window's codings from the tuning, when it was tuned on that window
         cache: dict[int, dict[str, predictors.Coded] | None] = {}
-        own = plan[0] == (0, min(wlen, shape[0]))
+        own = plan[0] == _head(shape, wlen)
         if tuning is None:
-            head = first if own else stack.read(0, min(wlen, shape[0]))
+            head = first if own else stack.read(*_head(shape, wlen))
             tuning = _tune_on(head, qp, classical, options.n_threads())
             if own:
                 cache[0] = tuning.head

@@ -53,6 +53,8 @@ from typing import Literal
 
 import numpy as np
 
+from ..windows import coded_windows
+
 Unit = Literal["window", "shard"]
 
 
@@ -416,8 +418,8 @@ def mixing(ids: np.ndarray, window: int = 64) -> Mixing:
 
 @dataclass(frozen=True)
 class ReadCost:
-    """Window decodes and shards touched per epoch for a layout (fixed windows of
-    ``window`` frames)."""
+    """Window decodes and shards touched per epoch for a layout (windows of ``window``
+    frames, as a shard is coded: ``windows.coded_windows``)."""
 
     windows: int                # distinct windows holding samples
     decodes: int                # window decodes over all consumers
@@ -434,14 +436,16 @@ def read_cost(order: GlobalOrder, epoch: int, window: int, world: int, workers: 
     """Each consumer decodes each window its samples touch once (frames it still needs
     are kept), so its decodes are the distinct windows of its samples."""
     s = order.samples
+    # the last window of a shard may hold a joined tail (``windows.coded_windows``)
+    last_window = np.asarray([len(coded_windows(f, window)) - 1 for f in s.frames], np.int64)
     every: set[int] = set()
     per, shards = [], []
     for r in range(world):
         for w in range(workers):
             ids = consumer_ids(order, epoch, Layout(world, r, workers, w, batch))
             shard, t0 = s.locate(ids)
-            first = t0 // window
-            last = (t0 + s.length - 1) // window
+            first = np.minimum(t0 // window, last_window[shard])
+            last = np.minimum((t0 + s.length - 1) // window, last_window[shard])
             keys = set()
             for d in range(int((last - first).max()) + 1 if len(ids) else 0):
                 sel = first + d <= last

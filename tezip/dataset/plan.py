@@ -18,7 +18,7 @@ import numpy as np
 from .. import io
 from ..codec import ArrayStack, check_stack, compress_stack
 from ..errors import InputError, OptionError
-from ..windows import window_length
+from ..windows import coded_windows, window_length
 from .config import CodecConfig
 
 # a source estimated to compress better than this is still cut as if it compressed this
@@ -171,6 +171,10 @@ def effective_window(codec: CodecConfig, shape: tuple[int, ...]) -> int:
     return window_length(codec.window, math.prod(shape[1:]))
 
 
+def _frame_values(info: SourceInfo) -> int:
+    return math.prod(info.shape[1:])
+
+
 class _Counter:
     """A write-only file that only counts bytes."""
 
@@ -206,12 +210,15 @@ def scan_source(src: Source, codec: CodecConfig, target_bytes: int) -> SourceInf
 # plan
 
 
-def _cuts(t: int, wlen: int, n: int) -> list[int]:
+def _cuts(t: int, wlen: int, n: int, frame_values: int = 1) -> list[int]:
     """Frame numbers cutting ``t`` frames into ``n`` runs of whole windows (dealt out
-    evenly) where no run is a single frame."""
-    n_windows = -(-t // wlen)
+    evenly) where no run is a single frame. The windows are those a stack of ``t`` frames
+    is coded in (``windows.coded_windows``), so that each run, coded on its own, has the
+    same windows as in the whole."""
+    starts = [a for a, _ in coded_windows(t, wlen, frame_values)] + [t]
+    n_windows = len(starts) - 1
     n = max(1, min(n, n_windows))
-    cuts = [min(t, (i * n_windows // n) * wlen) for i in range(n + 1)]
+    cuts = [starts[i * n_windows // n] for i in range(n + 1)]
     if n > 1 and cuts[-1] - cuts[-2] < 2:
         del cuts[-2]        # a last window of one frame joins the run before it
     return cuts
@@ -228,7 +235,7 @@ def plan_shards(infos: list[SourceInfo], codec: CodecConfig, target_bytes: int) 
         t = info.shape[0]
         est = t * info.frame_bytes / info.est_ratio
         n = max(1, min(t // 2, math.ceil(est / target_bytes)))
-        cuts = _cuts(t, effective_window(codec, info.shape), n)
+        cuts = _cuts(t, effective_window(codec, info.shape), n, _frame_values(info))
         for a, b in zip(cuts, cuts[1:], strict=False):
             shards.append(Shard(len(shards), s, a, b, (b - a) * info.frame_bytes))
     return shards
@@ -249,7 +256,8 @@ def plan_pieces(shards: list[Shard], infos: list[SourceInfo], codec: CodecConfig
     for sh in shards:
         info = infos[sh.source]
         n = max(1, math.ceil(sh.raw_bytes / size))
-        cuts = [sh.t0 + c for c in _cuts(sh.frames, effective_window(codec, info.shape), n)]
+        cuts = [sh.t0 + c for c in _cuts(sh.frames, effective_window(codec, info.shape), n,
+                                          _frame_values(info))]
         whole = len(cuts) == 2
         for a, b in zip(cuts, cuts[1:], strict=False):
             pieces.append(Piece(len(pieces), sh.index, a, b, (b - a) * info.frame_bytes, whole))

@@ -168,6 +168,8 @@ def assemble(path: Path, pieces: list[Path]) -> None:
         frames = sum(sum(e.frames for e in r.entries) for r in readers)
         header = dict(readers[0].header)
         header["shape"] = [frames, *header["shape"][1:]]
+        # the longest window (the last piece's may hold a joined tail, windows.coded_windows)
+        header["window"] = max(int(r.header["window"]) for r in readers)
         with ContainerWriter(path, header, force=True) as w:
             offset = 0
             for r in readers:

@@ -1,0 +1,94 @@
+"""Window planning: a short last window joins the one before it (windows.coded_windows),
+in the codec, in the container's header and in the data set's shard and piece cuts."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from conftest import smooth_stack
+from exact import check_bound
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tezip
+from tezip.codec import ArrayStack, Options, compress_stack, tune_stack
+from tezip.dataset import config, plan
+from tezip.windows import MAX_WINDOW_VALUES, coded_windows, fixed_windows
+
+
+@pytest.mark.parametrize("n,length,want", [
+    (2, 33, [(0, 2)]),
+    (33, 33, [(0, 33)]),
+    (49, 33, [(0, 49)]),                    # a tail of 16 (< 33 / 2) joins
+    (50, 33, [(0, 33), (33, 50)]),          # a tail of 17 stays a window
+    (72, 33, [(0, 33), (33, 72)]),
+    (100, 33, [(0, 33), (33, 66), (66, 100)]),
+    (5, 2, [(0, 2), (2, 4), (4, 5)]),       # one frame is half of 2: not fewer
+    (13, 4, [(0, 4), (4, 8), (8, 13)]),
+])
+def test_coded_windows(n, length, want):
+    assert coded_windows(n, length) == want
+
+
+@given(st.integers(1, 400), st.integers(1, 70), st.integers(1, 1 << 22))
+@settings(max_examples=300, deadline=None)
+def test_coded_windows_tile_the_stack(n, length, frame_values):
+    length = max(1, min(length, MAX_WINDOW_VALUES // frame_values))
+    got = coded_windows(n, length, frame_values)
+    assert got[0][0] == 0 and got[-1][1] == n
+    assert all(a < b and b == c for (a, b), (c, _) in zip(got, got[1:], strict=False))
+    assert all(b - a == length for a, b in got[:-1])
+    assert all((b - a) * frame_values <= MAX_WINDOW_VALUES for a, b in got)
+    last = got[-1][1] - got[-1][0]
+    joined = len(got) < len(fixed_windows(n, length))
+    assert joined == (last > length)
+    if len(got) > 1 and not joined:       # a short tail stays alone only past the cap
+        assert 2 * last >= length or (length + last) * frame_values > MAX_WINDOW_VALUES
+
+
+def test_no_join_past_the_window_value_limit():
+    fv = MAX_WINDOW_VALUES // 10           # a window of 10 such frames is the limit
+    assert coded_windows(12, 10, fv) == [(0, 10), (10, 12)]
+    assert coded_windows(12, 10, fv // 2) == [(0, 12)]
+
+
+def test_a_short_tail_is_coded_in_the_window_before():
+    a = smooth_stack((38, 20, 24))
+    blob = tezip.compress(a, mode="rel", bound=1e-3, window=16)
+    with tezip.open(blob) as f:
+        assert f.window_frames() == [(0, 16), (16, 38)]
+        assert f.window == 22                  # the header: the longest window
+        check_bound(a, f.read_all(), "rel", 1e-3)
+        np.testing.assert_array_equal(f[20:30], f.read_all()[20:30])
+    blob = tezip.compress(a[:20], mode="rel", bound=1e-3, window=16)
+    with tezip.open(blob) as f:
+        assert f.window_frames() == [(0, 20)] and f.window == 20
+
+
+def test_the_tuning_runs_on_the_joined_first_window():
+    """tune_stack and compress_stack tune on the same frames, so that pieces coded with
+    the whole's tuning write the whole's bytes."""
+    a = smooth_stack((22, 16, 16))
+    opts = Options(tezip.make_bound("rel", 1e-3), predictor="classical", window=16)
+    st_ = ArrayStack(a)
+    t = tune_stack(st_, opts)
+    b1, b2 = io.BytesIO(), io.BytesIO()
+    compress_stack(st_, None, opts, fileobj=b1)
+    compress_stack(st_, None, opts, fileobj=b2, tuning=t)
+    assert b1.getvalue() == b2.getvalue()
+
+
+def test_shards_and_pieces_cut_on_the_coded_windows():
+    info = plan.SourceInfo((70, 8, 8), "float32", None, (0, 0))
+    codec = config.CodecConfig("rel", 1e-3, window=16)
+    starts = {a for a, _ in coded_windows(70, 16)}
+    for target in (10**9, 4000, 1000, 1):
+        shards = plan.plan_shards([info], codec, target)
+        assert all(s.t0 in starts for s in shards)
+        for p in plan.plan_pieces(shards, [info], codec, 1):
+            assert p.t0 in starts
+            # a piece coded on its own has the windows the whole stack has there
+            local = [(p.t0 + a, p.t0 + b) for a, b in coded_windows(p.t1 - p.t0, 16)]
+            assert set(local) <= set(coded_windows(70, 16))
