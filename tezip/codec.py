@@ -35,7 +35,7 @@ from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_l
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.5.0"
+__version__ = "0.5.1"
 DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
 #                            interpolation's anchor grid (32 apart), so no frame is
 #                            extrapolated in time (windows of 32 coded two smooth fields
@@ -865,8 +865,11 @@ def tune_stack(stack: Any, options: Options,
 
 
 def _head(shape: tuple[int, ...], wlen: int) -> tuple[int, int]:
-    """The frames the tuning runs on: the first of the fixed windows."""
-    return coded_windows(shape[0], wlen, math.prod(shape[1:]))[0]
+    """The frames the tuning runs on: the first ``wlen``, also where the first window is
+    longer (a joined tail, ``windows.coded_windows``). Its sample then has no frames past
+    the anchor grid in time, as in every other window's tuning: tuned on all 39 frames of
+    iris, the sample ranked an axis order first that codes the window 15% larger."""
+    return 0, min(wlen, shape[0])
 
 
 def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, *,
