@@ -77,3 +77,49 @@ def test_an_edit_to_core_alone_recompiles_a_cached_kernel_of_another_module(tmp_
     with open(pkg / "tezip" / "kernels" / "core.py", "a") as f:
         f.write("# an edit to a helper's module\n")
     assert probe() == (0, 1)            # stale: compiled again
+
+
+FAST_PROBE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from tezip import kernels
+kernels.fast_cache_load = sys.argv[2] == "1"
+import tezip.kernels.core  # noqa: F401  (installs the fast load when asked)
+import numpy as np
+from numba.core import base
+from numba.core.caching import Cache
+refreshes = []
+orig = base.BaseContext.refresh
+base.BaseContext.refresh = lambda self: (refreshes.append(1), orig(self))[1]
+import probe_mod
+out = probe_mod.f(np.arange(10.0))
+s = probe_mod.f.stats
+print(out, sum(s.cache_hits.values()), sum(s.cache_misses.values()), len(refreshes),
+      getattr(Cache.load_overload, "_tezip", False))
+"""
+
+
+def test_fast_cache_load_loads_without_a_refresh_and_still_compiles_on_a_miss(tmp_path):
+    """``kernels.fast_cache_load`` (the program's own process): a function in numba's disk
+    cache loads without numba refreshing its compiler's tables, with the same result; one
+    not in the cache compiles (after the refresh a compilation needs); off, nothing
+    changes."""
+    (tmp_path / "probe_mod.py").write_text(
+        "import numba\n"
+        "@numba.njit(cache=True)\n"
+        "def f(a):\n"
+        "    return (a * a).sum()\n")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(fast: str) -> list[str]:
+        p = subprocess.run([sys.executable, "-c", FAST_PROBE, str(tmp_path), fast],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.split()
+
+    out, hits, misses, refreshes, patched = run("1")        # not cached yet: compiles
+    assert (out, hits, misses, patched) == ("285.0", "0", "1", "True") and int(refreshes) > 0
+    out, hits, misses, refreshes, patched = run("1")        # cached: loads, no refresh
+    assert (out, hits, misses, refreshes, patched) == ("285.0", "1", "0", "0", "True")
+    out, hits, misses, refreshes, patched = run("0")        # off: numba's own load
+    assert (out, hits, misses, patched) == ("285.0", "1", "0", "False") and int(refreshes) > 0

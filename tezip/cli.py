@@ -599,11 +599,13 @@ def _compiling_notice() -> None:
 def console_main() -> int:
     """The ``tezip`` program (its console script, ``python -m tezip``): ``main`` in a
     process of its own, which runs no numba code but tezip's, so numba's first use there
-    skips its probe for BLAS (``kernels.skip_blas_probe``). ``main`` called from a program
-    leaves numba as it is."""
+    skips its probe for BLAS (``kernels.skip_blas_probe``) and loads kernels from its disk
+    cache without building its compiler's tables (``kernels.fast_cache_load``). ``main``
+    called from a program leaves numba as it is."""
     from . import kernels
 
     kernels.skip_blas_probe = True
+    kernels.fast_cache_load = True
     return main()
 
 

@@ -30,3 +30,10 @@ SLOW_COMPILE = 2.0
 # failing (numba falls back to its own loops for those functions in this process). Off
 # for library use: a user's own numba code keeps BLAS.
 skip_blas_probe = False
+
+# Set by the command line with ``skip_blas_probe``: numba loads a kernel from its disk cache
+# without first building its compiler's tables (``BaseContext.refresh``: every typing and
+# lowering registry, 0.1-0.15 s of each coding command's 0.7-1.0 s here), which only a
+# compilation needs; a compilation (a kernel not in the cache) still builds them first.
+# The loaded machine code is the same. Off for library use.
+fast_cache_load = False

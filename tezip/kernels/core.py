@@ -21,6 +21,7 @@ from numba import typeof
 from numba.core import types
 from numba.extending import intrinsic
 
+from . import fast_cache_load as _fast_cache_load
 from . import skip_blas_probe as _skip_blas_probe
 
 
@@ -40,6 +41,37 @@ def _arraymath_without_blas_probe() -> None:
 
 if _skip_blas_probe:
     _arraymath_without_blas_probe()
+
+
+def _load_without_refresh() -> None:
+    """Let numba's disk cache load a kernel without refreshing the target context first
+    (see ``kernels.fast_cache_load``). A miss, or any error on the way, goes to numba's
+    own ``load_overload``, which refreshes and loads (or not) as before; where numba's
+    cache lacks the methods used here, nothing changes."""
+    try:
+        from numba.core.caching import Cache
+        from numba.core.runtime import rtsys
+    except ImportError:
+        return
+    orig = Cache.load_overload
+    if getattr(orig, "_tezip", False) or not hasattr(Cache, "_load_overload"):
+        return
+
+    def load_overload(self, sig, target_context):
+        cres = None
+        try:
+            rtsys.initialize(target_context)     # the runtime (NRT) the kernels link to
+            cres = self._load_overload(sig, target_context)
+        except Exception:
+            cres = None
+        return cres if cres is not None else orig(self, sig, target_context)
+
+    load_overload._tezip = True  # type: ignore[attr-defined]
+    Cache.load_overload = load_overload
+
+
+if _fast_cache_load:
+    _load_without_refresh()
 
 
 def sources_stamp(folder: str) -> bytes:
