@@ -250,15 +250,17 @@ def test_the_program_skips_numbas_blas_probe_but_library_use_does_not(tmp_path):
            "from tezip.cli import {}\n"
            "sys.argv[1:] = sys.argv[2:]\n"
            "assert {}() == 0\n"
-           "import numba.np.arraymath as am\n"
-           "print(['scipy.linalg' in sys.modules, am._HAVE_BLAS])\n")
+           "am = sys.modules.get('numba.np.arraymath')\n"
+           "print(['scipy.linalg' in sys.modules, getattr(am, '_HAVE_BLAS', None)])\n")
     args = ["compress", str(tmp_path / "a.npy"), str(tmp_path / "a.tez"), "--mode", "abs",
             "--bound", "1e-3", "--force"]
     # the program's entry point (console script, python -m tezip) skips the probe ...
     p = subprocess.run([sys.executable, "-c", cli.format("console_main", "console_main"),
                         "x", *args], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip().splitlines()[-1] == "[False, False]"
+    # arraymath is imported (without the probe) only where a kernel compiles; from the
+    # disk cache, kernels load without it (``kernels.fast_cache_load``)
+    assert p.stdout.strip().splitlines()[-1] in ("[False, False]", "[False, None]")
     check_bound(x, tezip.decompress(str(tmp_path / "a.tez")), "abs", 1e-3)
     # ... main() called from a program (a notebook, a test) does not
     p = subprocess.run([sys.executable, "-c", cli.format("main", "(lambda: main(sys.argv[1:]))"),

@@ -39,7 +39,7 @@ def _arraymath_without_blas_probe() -> None:
             del sys.modules[name]
 
 
-if _skip_blas_probe:
+if _skip_blas_probe and not _fast_cache_load:
     _arraymath_without_blas_probe()
 
 
@@ -64,7 +64,11 @@ def _load_without_refresh() -> None:
             cres = self._load_overload(sig, target_context)
         except Exception:
             cres = None
-        return cres if cres is not None else orig(self, sig, target_context)
+        if cres is not None:
+            return cres
+        if _skip_blas_probe:        # the refresh below imports arraymath (a compilation)
+            _arraymath_without_blas_probe()
+        return orig(self, sig, target_context)
 
     load_overload._tezip = True  # type: ignore[attr-defined]
     Cache.load_overload = load_overload
