@@ -26,7 +26,7 @@ from tezip.errors import (  # noqa: E402
     InputError,
     OptionError,
 )
-from tezip.windows import coded_windows  # noqa: E402
+from tezip.windows import coded_windows, fixed_windows  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CLIP, STRIDE = 3, 2
@@ -302,6 +302,36 @@ def test_stream_decodes_each_window_once_per_consumer(dataset):
                 decodes.append(s.stats["windows_decoded"])
         cost = _stream(dataset, world_size=2, rank=0, lanes=4, shuffle=shuffle).read_cost(2)
         assert cost.windows == windows and cost.per_consumer == decodes
+
+
+def test_read_cost_of_raw_stacks_counts_their_fixed_windows(tmp_path):
+    """Raw .npy shards (``manifest.from_stacks``, the baseline of examples/train_ddp.py
+    --raw) are read in fixed windows: a short last window is not joined there, and
+    read_cost() counts it as the reader decodes it."""
+    from tezip.dataset import TezShardStream
+    from tezip.dataset.manifest import from_stacks
+
+    np.save(tmp_path / "raw70.npy", np.zeros((70, 8, 8), np.float32))
+    m = from_stacks([tmp_path / "raw70.npy"])
+    s = TezShardStream(m, clip=1, rank=0, world_size=1, lanes=1)
+    s.set_epoch(0)
+    cost = s.read_cost()
+    list(s._produce(s.consumer_order(0, 0, 1)))
+    assert cost.per_consumer == [s.stats["windows_decoded"]] == [len(fixed_windows(70,
+                                                                                    m.window))]
+
+
+def test_window_starts_follow_each_shards_reader():
+    from tezip.dataset.readers import window_starts
+    from tezip.windows import MAX_WINDOW_VALUES
+
+    assert window_starts("shard-000000.tez", 70, (8, 8), 33) == [0, 33]       # joined
+    assert window_starts("/data/run.npy", 70, (8, 8), 33) == [0, 33, 66]      # fixed
+    assert window_starts("run.b2nd", 70, (8, 8), 33) == [0, 33, 66]
+    # large frames: the window is shortened, and a join that would pass the cap is not made
+    fv = MAX_WINDOW_VALUES // 16
+    assert window_starts("s.tez", 21, (fv,), 16) == [0, 16]
+    assert window_starts("s.tez", 45, (MAX_WINDOW_VALUES // 20,), 33) == [0, 20, 40]
 
 
 def test_stream_options_and_frames(dataset, decoded):

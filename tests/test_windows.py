@@ -92,3 +92,29 @@ def test_shards_and_pieces_cut_on_the_coded_windows():
             # a piece coded on its own has the windows the whole stack has there
             local = [(p.t0 + a, p.t0 + b) for a, b in coded_windows(p.t1 - p.t0, 16)]
             assert set(local) <= set(coded_windows(70, 16))
+
+
+def test_no_run_of_one_frame_with_windows_of_one_frame():
+    """Windows of one frame (--window 1, or frames of 2^26 values and more): shards and
+    pieces are runs of at least two frames (a piece of one frame could not be coded)."""
+    info = plan.SourceInfo((40, 8, 8), "float32", None, (0, 0))
+    codec = config.CodecConfig("rel", 1e-3, window=1)
+    for target in (10**9, 100, 1):
+        shards = plan.plan_shards([info], codec, target)
+        pieces = plan.plan_pieces(shards, [info], codec, 1)
+        assert all(x.t1 - x.t0 >= 2 for x in [*shards, *pieces])
+        assert pieces[0].t0 == 0 and pieces[-1].t1 == 40
+        assert all(a.t1 == b.t0 for a, b in zip(pieces, pieces[1:], strict=False))
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, 0, -2, "3"])
+def test_window_must_be_a_whole_number(bad):
+    with pytest.raises(tezip.OptionError, match="window must be a positive whole number"):
+        tezip.compress(smooth_stack((4, 8, 8)), mode="abs", bound=0.1, window=bad)
+
+
+def test_numpy_integers_are_taken_for_window_and_threads():
+    a = smooth_stack((10, 8, 8))
+    ref = tezip.compress(a, mode="abs", bound=0.1, window=4, threads=2)
+    assert tezip.compress(a, mode="abs", bound=0.1, window=np.int64(4),
+                          threads=np.int32(2)) == ref

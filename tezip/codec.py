@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import math
+import numbers
 import os
 import re
 import threading
@@ -92,10 +93,17 @@ class Options:
         if self.predictor not in allowed:
             raise OptionError(f"unknown predictor '{self.predictor}'; choose one of "
                               f"{', '.join(allowed)}")
-        if not isinstance(self.window, int) or self.window < 1:
-            raise OptionError(f"window must be a positive number of frames, got {self.window}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise OptionError(f"threads must be a positive number, got {self.threads}")
+        if (isinstance(self.window, bool) or not isinstance(self.window, numbers.Integral)
+                or self.window < 1):
+            raise OptionError(f"window must be a positive whole number of frames, "
+                              f"got {self.window!r}")
+        object.__setattr__(self, "window", int(self.window))     # (a numpy integer too)
+        if self.threads is not None:
+            if (isinstance(self.threads, bool) or not isinstance(self.threads, numbers.Integral)
+                    or self.threads < 1):
+                raise OptionError(f"threads must be a positive whole number, "
+                                  f"got {self.threads!r}")
+            object.__setattr__(self, "threads", int(self.threads))
         if self.adapt and self.predictor not in ("auto", "learned"):
             raise OptionError(f"--adapt fits a learned predictor; it does not go with "
                               f"--predictor {self.predictor}")

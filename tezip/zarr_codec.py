@@ -88,8 +88,9 @@ class Tezip(Codec):
         (readers need a tezip that ships the same model; no torch is needed to read or
         write); ``"learned"`` forces it; a classical predictor name forces that one.
     window : int
-        Frames per window inside a chunk (default 16); a chunk shorter than that is one
-        window.
+        Frames per window inside a chunk (default 33, ``codec.DEFAULT_WINDOW``); a chunk
+        shorter than that is one window, and a last window of fewer than half as many
+        frames joins the one before it.
     value_range : (float, float), optional
         ``(min, max)`` of the whole array, so that ``rel`` / ``absrel`` bounds are relative
         to the array's range instead of each chunk's (see the module docstring).

@@ -48,12 +48,11 @@ Costs
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-
-from ..windows import coded_windows
 
 Unit = Literal["window", "shard"]
 
@@ -418,8 +417,7 @@ def mixing(ids: np.ndarray, window: int = 64) -> Mixing:
 
 @dataclass(frozen=True)
 class ReadCost:
-    """Window decodes and shards touched per epoch for a layout (windows of ``window``
-    frames, as a shard is coded: ``windows.coded_windows``)."""
+    """Window decodes and shards touched per epoch for a layout."""
 
     windows: int                # distinct windows holding samples
     decodes: int                # window decodes over all consumers
@@ -432,24 +430,34 @@ class ReadCost:
 
 
 def read_cost(order: GlobalOrder, epoch: int, window: int, world: int, workers: int,
-              batch: int) -> ReadCost:
+              batch: int, starts: Sequence[Sequence[int]] | None = None) -> ReadCost:
     """Each consumer decodes each window its samples touch once (frames it still needs
-    are kept), so its decodes are the distinct windows of its samples."""
+    are kept), so its decodes are the distinct windows of its samples. ``starts``: each
+    shard's window start frames, as its files were written (``TezDataset.read_cost``
+    gives them: a .tez shard's last window may hold a joined tail, and large frames
+    shorten the window); None: fixed windows of ``window`` frames."""
     s = order.samples
-    # the last window of a shard may hold a joined tail (``windows.coded_windows``)
-    last_window = np.asarray([len(coded_windows(f, window)) - 1 for f in s.frames], np.int64)
+    if starts is not None:
+        # every window of the data set by its first global frame, in order
+        firsts = np.concatenate([np.asarray(st, np.int64) + s.frame_offsets[i]
+                                 for i, st in enumerate(starts)] or [np.zeros(0, np.int64)])
     every: set[int] = set()
     per, shards = [], []
     for r in range(world):
         for w in range(workers):
             ids = consumer_ids(order, epoch, Layout(world, r, workers, w, batch))
             shard, t0 = s.locate(ids)
-            first = np.minimum(t0 // window, last_window[shard])
-            last = np.minimum((t0 + s.length - 1) // window, last_window[shard])
+            if starts is None:
+                first = shard * (1 << 32) + t0 // window
+                last = shard * (1 << 32) + (t0 + s.length - 1) // window
+            else:
+                g = s.frame_offsets[shard] + t0
+                first = np.searchsorted(firsts, g, side="right") - 1
+                last = np.searchsorted(firsts, g + s.length - 1, side="right") - 1
             keys = set()
             for d in range(int((last - first).max()) + 1 if len(ids) else 0):
                 sel = first + d <= last
-                keys.update((shard[sel] * (1 << 32) + first[sel] + d).tolist())
+                keys.update((first[sel] + d).tolist())
             every |= keys
             per.append(len(keys))
             shards.append(len(np.unique(shard)))

@@ -219,9 +219,17 @@ def _cuts(t: int, wlen: int, n: int, frame_values: int = 1) -> list[int]:
     n_windows = len(starts) - 1
     n = max(1, min(n, n_windows))
     cuts = [starts[i * n_windows // n] for i in range(n + 1)]
-    if n > 1 and cuts[-1] - cuts[-2] < 2:
-        del cuts[-2]        # a last window of one frame joins the run before it
-    return cuts
+    # a run of one frame (windows of one frame, --window 1 or frames of 2^26 values and
+    # more) joins the run after it, a last one the run before: a stack of one frame is
+    # not a stack, and a piece of one frame could not be coded
+    out = [cuts[0]]
+    for c in cuts[1:-1]:
+        if c - out[-1] >= 2:
+            out.append(c)
+    out.append(cuts[-1])
+    if len(out) > 2 and out[-1] - out[-2] < 2:
+        del out[-2]
+    return out
 
 
 def plan_shards(infos: list[SourceInfo], codec: CodecConfig, target_bytes: int) -> list[Shard]:

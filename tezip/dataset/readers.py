@@ -7,6 +7,7 @@ tezip; chunks of whole frames along time). No torch.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..codec import TezFile
 from ..errors import CorruptFileError, InputError, OptionError
-from ..windows import fixed_windows
+from ..windows import coded_windows, fixed_windows, window_length
 
 
 class NpyShard:
@@ -89,6 +90,18 @@ def open_shard(path: Path, window: int, model: str | None = None, threads: int =
     if path.suffix == ".b2nd":
         return Blosc2Shard(path, threads)
     return TezFile(path, model=model)
+
+
+def window_starts(file: str, frames: int, frame_shape: tuple[int, ...], window: int) -> list[int]:
+    """The first frame of each window of a shard's file (``window``: the data set's
+    ``--window``), as its reader decodes them: the windows a ``.tez`` shard was coded in
+    (shortened for large frames, a short tail joined: ``windows.coded_windows``), fixed
+    windows for the raw ``.npy`` and ``.b2nd`` baselines (chunks of ``window`` frames, as
+    ``write_blosc2`` writes them)."""
+    if file.endswith((".npy", ".b2nd")):
+        return [a for a, _ in fixed_windows(frames, window)]
+    fv = math.prod(frame_shape)
+    return [a for a, _ in coded_windows(frames, window_length(window, fv), fv)]
 
 
 def write_blosc2(path: Path, array: np.ndarray, window: int, clevel: int = 5,

@@ -76,7 +76,7 @@ from ..errors import CorruptFileError, InputError, OptionError, TezipError
 from . import order as od
 from .cache import ShardCache
 from .manifest import Manifest, ShardInfo, load, model_path
-from .readers import open_shard
+from .readers import open_shard, window_starts
 
 __all__ = ["ShapeBatchSampler", "TezDataset", "TezShardStream", "worker_init_fn"]
 
@@ -598,8 +598,10 @@ class TezShardStream(_ShardData, IterableDataset):
     def read_cost(self, workers: int = 1, epoch: int | None = None) -> od.ReadCost:
         """Window decodes per epoch for this world size and ``workers`` per rank."""
         e = self.epoch if epoch is None else epoch
+        starts = [window_starts(sh.file, sh.frames, sh.frame_shape, self.manifest.window)
+                  for sh in self.manifest.shards]
         return od.read_cost(self.order, e, self.manifest.window, self.world_size, workers,
-                            self.batch_size)
+                            self.batch_size, starts)
 
     # reading ----------------------------------------------------------------------------
 
