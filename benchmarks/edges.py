@@ -118,6 +118,16 @@ def _tezip(a: np.ndarray, bound: float, window: int, edge: bool) -> tuple[float,
     return a.nbytes / len(blob), _edges(blob)
 
 
+def stacks(data: str) -> dict[str, np.ndarray]:
+    """The three generated smooth fields, and the shared stacks found in ``data``."""
+    out = {"heat": heat(), "blobs": blobs(), "grayscott": grayscott()}
+    for name in SHARED:
+        path = os.path.join(data, f"{name}.npy")
+        if os.path.exists(path):
+            out[name] = np.load(path)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=os.path.join(REPO, "..", "shared", "data"))
@@ -125,16 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", default=os.path.join(REPO, "benchmarks", "results", "edges.md"))
     args = ap.parse_args(argv)
     bounds = [float(b) for b in args.bounds.split(",")]
-    stacks = {"heat": heat(), "blobs": blobs(), "grayscott": grayscott()}
-    for name in SHARED:
-        path = os.path.join(args.data, f"{name}.npy")
-        if os.path.exists(path):
-            stacks[name] = np.load(path)
     t0 = time.perf_counter()
     head = ("| stack | bound | 32 | 32 + edge | 33 | 33 + edge (v5) | v5 / v4 | SZ3 3-D "
             "| SPERR 3-D | edge used (per window) |")
     lines = [head, "|---" * 10 + "|"]
-    for name, a in stacks.items():
+    for name, a in stacks(args.data).items():
         others = {(r["codec"], r["bound"]): r["ratio"]
                   for r in bench_array(name, a, bounds=bounds, predictors=(),
                                        codecs=("sz3", "sperr"))}

@@ -28,7 +28,7 @@ from tezip.atomic import atomic_output
 from tezip.windows import coded_windows, fixed_windows
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from edges import SHARED, blobs, grayscott, heat  # noqa: E402
+from edges import stacks  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAILS = (2, 6, 16, 31, 33)      # frames after the first window of 33
@@ -67,15 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", default=os.path.join(REPO, "benchmarks", "results", "tails.md"))
     args = ap.parse_args(argv)
     bounds = [float(b) for b in args.bounds.split(",")]
-    stacks = {"heat": heat(), "blobs": blobs(), "grayscott": grayscott()}
-    for name in SHARED:
-        path = os.path.join(args.data, f"{name}.npy")
-        if os.path.exists(path):
-            stacks[name] = np.load(path)
     t0 = time.perf_counter()
     lines = ["| stack | frames | windows now | bound | bytes before | bytes now | now / before "
              "| enc ms before / now | dec ms before / now |", "|---" * 9 + "|"]
-    for name, full in stacks.items():
+    for name, full in stacks(args.data).items():
         lengths = [33 + k for k in TAILS if 33 + k <= full.shape[0]]
         if full.shape[0] not in lengths:
             lengths.append(full.shape[0])
