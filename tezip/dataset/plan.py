@@ -45,8 +45,12 @@ class SourceInfo:
     est_ratio: float = 1.0     # estimated compression ratio (1.0 when not estimated)
 
     @property
+    def frame_values(self) -> int:
+        return math.prod(self.shape[1:])
+
+    @property
     def frame_bytes(self) -> int:
-        return math.prod(self.shape[1:]) * np.dtype(self.dtype).itemsize
+        return self.frame_values * np.dtype(self.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -171,10 +175,6 @@ def effective_window(codec: CodecConfig, shape: tuple[int, ...]) -> int:
     return window_length(codec.window, math.prod(shape[1:]))
 
 
-def _frame_values(info: SourceInfo) -> int:
-    return math.prod(info.shape[1:])
-
-
 class _Counter:
     """A write-only file that only counts bytes."""
 
@@ -243,7 +243,7 @@ def plan_shards(infos: list[SourceInfo], codec: CodecConfig, target_bytes: int) 
         t = info.shape[0]
         est = t * info.frame_bytes / info.est_ratio
         n = max(1, min(t // 2, math.ceil(est / target_bytes)))
-        cuts = _cuts(t, effective_window(codec, info.shape), n, _frame_values(info))
+        cuts = _cuts(t, effective_window(codec, info.shape), n, info.frame_values)
         for a, b in zip(cuts, cuts[1:], strict=False):
             shards.append(Shard(len(shards), s, a, b, (b - a) * info.frame_bytes))
     return shards
@@ -265,7 +265,7 @@ def plan_pieces(shards: list[Shard], infos: list[SourceInfo], codec: CodecConfig
         info = infos[sh.source]
         n = max(1, math.ceil(sh.raw_bytes / size))
         cuts = [sh.t0 + c for c in _cuts(sh.frames, effective_window(codec, info.shape), n,
-                                          _frame_values(info))]
+                                          info.frame_values)]
         whole = len(cuts) == 2
         for a, b in zip(cuts, cuts[1:], strict=False):
             pieces.append(Piece(len(pieces), sh.index, a, b, (b - a) * info.frame_bytes, whole))
