@@ -104,6 +104,40 @@ def test_compression_actually_compresses_smooth_data():
     assert a.nbytes / len(tezip.compress(a, mode="rel", bound=1e-3)) > 4
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "uint16"])
+@pytest.mark.parametrize("shape", [(9, 20, 13), (9, 20, 13, 2)])
+def test_narrow_integers_decode_through_int32_to_the_encoders_values(dtype, shape,
+                                                                     monkeypatch):
+    """Interpolation decodes 8- and 16-bit integers into an int32 array and narrows it:
+    the values at both ends of the type's range, the clamped ones and the outliers come
+    out as the encoder reconstructed them (``decode_window`` checks its CRC), within the
+    bound, into a given array too."""
+    from tezip.codec import decode_window, encode_window
+    from tezip.predictors import classical
+
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(7)
+    x = rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
+    x.reshape(-1)[::5] = info.min
+    x.reshape(-1)[1::7] = info.max
+    eb = 2 if dtype == "uint8" else 300
+    qp = quantize.resolve(quantize.ErrorBound("abs", abs=eb), np.dtype(dtype), (0.0, 0.0))
+    kernels = []
+    call = classical.call
+    monkeypatch.setattr(classical, "call", lambda k, lit, *a: (kernels.append(
+        (k.__name__, a[0].dtype)), call(k, lit, *a))[1])
+    data, used = encode_window(x, qp, ("interp",))
+    assert used == "interp"
+    kernels.clear()
+    back = decode_window(data, qp, x.shape[1:], x.shape[0])
+    assert back.dtype == x.dtype
+    assert kernels and set(kernels) == {("decode", np.dtype(np.int32))}
+    check_bound(x, back, "abs", eb)
+    into = np.full(x.shape, 1, dtype)
+    assert decode_window(data, qp, x.shape[1:], x.shape[0], out=into) is into
+    assert np.array_equal(into, back)
+
+
 @pytest.mark.parametrize("shape", [(21, 9, 7), (21, 9, 7, 3)])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_ranges_decoded_in_place_equal_the_whole(shape, threads):

@@ -227,10 +227,22 @@ class Interpolation(_Kernel):
     def _dec(self, out, rec, sg, quant, config, t, outv, outp, st):
         steps, _ = quant.levels(*config["ab"])
         lo, hi = quant.range
-        call(KI.decode, (5, 6), out, rec, None, sg, steps, quant.mode, quant.otype, lo, hi,
-             np.asarray(config["order"], np.int64), interp_kind(config),
+        # 8- and 16-bit integers decode into an int32 copy, then are narrowed (exactly:
+        # every value is clamped to the output type's range): the same predictions, bit
+        # for bit, from the same integers, and the kernel runs 1.04-1.07x as fast on
+        # speckle's uint16 at 1e-4 and 1e-3 and on a uint8 stack (in the kernel, a
+        # narrow load is a load and a conversion, a 32-bit one is folded into the
+        # conversion). Not for encoding (the input's copy costs more: 0.96x), nor for
+        # the Lorenzo kernels, which predict from a ring of their own (0.93-0.97x)
+        work = out
+        if rec is out and out.dtype.kind in "iu" and out.dtype.itemsize < 4:
+            work = rec = np.empty(out.shape, np.int32)
+        call(KI.decode, (5, 6), work, rec, None, sg, steps, quant.mode, quant.otype, lo,
+             hi, np.asarray(config["order"], np.int64), interp_kind(config),
              int(config["anchor"]), t.cmap, t.kbs, t.lut, t.fc, t.words, t.low, outv,
              outp, st)
+        if work is not out:
+            np.copyto(out, work, casting="unsafe")
 
 
 class Lorenzo3D(_Kernel):
