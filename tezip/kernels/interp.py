@@ -353,7 +353,9 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
         pe[np.uint64(2 * j)] = f64_bits(p)
         pe[np.uint64(2 * j + 1)] = np.int64(ce[np.uint64(gb + bucket16(var * inv16))])
     wp, bpos = run_start(wp, bpos, words.size, lw.size, cnt)
-    for j in range(cnt):
+    j = -1
+    while j < cnt - 1:      # (not a range: see ``lorenzo._pq_dec_vol``)
+        j += 1
         i = i0 + j * istep
         ui = np.uint64(i)
         p = bits_f64(pe[np.uint64(2 * j)])
