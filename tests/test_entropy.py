@@ -96,6 +96,59 @@ def test_symbols_and_bit_stream_are_the_reference_ones(seed):
     np.testing.assert_array_equal(counts, want)
 
 
+def test_bit_stream_grows_past_its_first_buffer():
+    """``symbolize`` doubles its bit stream where the expected size is short (the model's
+    statistics come from every few codes only): from an expected size of 0 bytes, the
+    same stream as from the exact bound."""
+    rng = np.random.default_rng(11)
+    n_ctx = 12
+    codes = np.concatenate([_codes(rng, 4000, s, 0.02) for s in (3.0, 1e4, 1e9)])
+    rng.shuffle(codes)
+    ctx = rng.integers(0, n_ctx, codes.size).astype(np.uint8)
+    cnt, zsum, zcnt, blen = K.ctx_stats(codes, ctx, n_ctx, FLAG, True)
+    cmap, n_class = K.class_map(cnt, np.array([6], np.int64))
+    kb = K.choose_kb(zsum, zcnt, cmap, n_class)
+    exact = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class,
+                        K.stream_bytes(blen, cmap, kb))
+    grown = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class, 0)
+    assert exact[2] > 1000 and grown[2] == exact[2]
+    assert grown[1].size > 3            # it did grow from its 3 words
+    assert (grown[1].view(np.uint8)[:grown[2]].tobytes()
+            == exact[1].view(np.uint8)[:exact[2]].tobytes())
+    np.testing.assert_array_equal(grown[0], exact[0])
+    np.testing.assert_array_equal(grown[3], exact[3])
+
+
+def test_a_model_chosen_on_every_few_codes_codes_every_code():
+    """A window of many codes chooses its model (classes, low bits) from every
+    ``_stats_step``-th code (every 4th: columns 0, 4, 8, ...): here their residuals are
+    those of smooth columns only (columns 3 and 0 mod 4), and the noise of columns 1 and
+    2 mod 4 escapes past the bit stream's expected size. The file decodes within the
+    bound."""
+    import tezip
+    from tezip import predictors
+    from tezip.quantize import ErrorBound, quantizer, resolve
+
+    rng = np.random.default_rng(5)
+    t, h, w = 8, 256, 256
+    x = np.cumsum(rng.standard_normal((t, h, w)), axis=2).astype(np.float32)
+    for c in (1, 2):
+        x[:, :, c::4] = rng.uniform(-3e4, 3e4, (t, h, w // 4)).astype(np.float32)
+    n = x.size
+    assert entropy._stats_step(n) == 4
+    quant = quantizer(resolve(ErrorBound("abs", abs=0.01), x.dtype, (float(x.min()),
+                                                                      float(x.max()))))
+    coded = predictors.get("spatial").encode(x, quant, {"pq": 1}, np.zeros(1, np.int8))
+    cnt, zsum, zcnt, blen = entropy._model_stats(coded.codes, coded.ctx, coded.n_ctx, True)
+    cmap, n_class = K.class_map(cnt, coded.groups)
+    kb = K.choose_kb(zsum, zcnt, cmap, n_class)
+    streams = entropy.encode(coded.codes, coded.ctx, coded.n_ctx, coded.groups, True)
+    assert len(streams.low) > 4 * K.stream_bytes(blen, cmap, kb)
+    blob = tezip.compress(x, mode="abs", bound=0.01, predictor="spatial", threads=1)
+    y = tezip.decompress(blob, threads=1)
+    assert np.abs(y.astype(np.float64) - x).max() <= 0.01
+
+
 def _reference_rans(syms, cls, freq) -> list[int]:
     """Two interleaved states, 16-bit words, the textbook update."""
     cum = np.concatenate([np.zeros((freq.shape[0], 1), np.int64), np.cumsum(freq, 1)], 1)
