@@ -108,10 +108,11 @@ def test_compression_actually_compresses_smooth_data():
 @pytest.mark.parametrize("shape", [(9, 20, 13), (9, 20, 13, 2)])
 def test_narrow_integers_decode_through_int32_to_the_encoders_values(dtype, shape,
                                                                      monkeypatch):
-    """Interpolation decodes 8- and 16-bit integers into an int32 array and narrows it:
-    the values at both ends of the type's range, the clamped ones and the outliers come
-    out as the encoder reconstructed them (``decode_window`` checks its CRC), within the
-    bound, into a given array too."""
+    """Interpolation decodes 8- and 16-bit integers of windows of up to
+    ``NARROW_VIA_INT32`` values into an int32 array and narrows it: the values at both
+    ends of the type's range, the clamped ones and the outliers come out as the encoder
+    reconstructed them (``decode_window`` checks its CRC), within the bound, into a
+    given array too; larger windows decode in their own type to the same values."""
     from tezip.codec import decode_window, encode_window
     from tezip.predictors import classical
 
@@ -136,6 +137,11 @@ def test_narrow_integers_decode_through_int32_to_the_encoders_values(dtype, shap
     into = np.full(x.shape, 1, dtype)
     assert decode_window(data, qp, x.shape[1:], x.shape[0], out=into) is into
     assert np.array_equal(into, back)
+    # past NARROW_VIA_INT32 values a window decodes in its own type (the same values)
+    monkeypatch.setattr(classical, "NARROW_VIA_INT32", int(np.prod(shape[:3])) - 1)
+    kernels.clear()
+    assert np.array_equal(decode_window(data, qp, x.shape[1:], x.shape[0]), back)
+    assert set(kernels) == {("decode", np.dtype(dtype))}
 
 
 @pytest.mark.parametrize("shape", [(21, 9, 7), (21, 9, 7, 3)])

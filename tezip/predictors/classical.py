@@ -30,6 +30,7 @@ from . import Coded, ValuePredictor
 ORDERS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 ALPHA_BETA = ((1.0, 1.0), (1.25, 2.0), (1.5, 2.5), (2.0, 3.0))
 DEFAULT_ANCHOR = 32
+NARROW_VIA_INT32 = 3 << 20     # see ``Interpolation._dec``
 EDGE_TRIAL = 3      # the edge extrapolation interp's tuning tries (``interp_kind``; one
 #                     trial: both axes; 0: none, as before format v5)
 W_MAX = 64          # the second stage's weights (sixteenths) lie in [-W_MAX, W_MAX]
@@ -227,15 +228,18 @@ class Interpolation(_Kernel):
     def _dec(self, out, rec, sg, quant, config, t, outv, outp, st):
         steps, _ = quant.levels(*config["ab"])
         lo, hi = quant.range
-        # 8- and 16-bit integers decode into an int32 copy, then are narrowed (exactly:
-        # every value is clamped to the output type's range): the same predictions, bit
-        # for bit, from the same integers, and the kernel runs 1.04-1.07x as fast on
-        # speckle's uint16 at 1e-4 and 1e-3 and on a uint8 stack (in the kernel, a
-        # narrow load is a load and a conversion, a 32-bit one is folded into the
-        # conversion). Not for encoding (the input's copy costs more: 0.96x), nor for
-        # the Lorenzo kernels, which predict from a ring of their own (0.93-0.97x)
+        # 8- and 16-bit integers of a window of up to NARROW_VIA_INT32 values decode
+        # into an int32 copy, then are narrowed (exactly: every value is clamped to the
+        # output type's range): the same predictions, bit for bit, from the same
+        # integers, and speckle's uint16 (2.2M values a window) decodes 1.02-1.03x as
+        # fast (in the kernel, a narrow load is a load and a conversion, a 32-bit one is
+        # folded into the conversion). Larger windows lose more to the copy's memory
+        # traffic than that gains (4.3M values: 0.90-0.98x; 16.8M: 0.88-0.95x), and it
+        # costs 4 bytes a value. Not for encoding (the input's copy costs more: 0.96x),
+        # nor for the Lorenzo kernels, which predict from a ring of their own (0.93-0.97x)
         work = out
-        if rec is out and out.dtype.kind in "iu" and out.dtype.itemsize < 4:
+        if (rec is out and out.dtype.kind in "iu" and out.dtype.itemsize < 4
+                and out.size <= NARROW_VIA_INT32):
             work = rec = np.empty(out.shape, np.int32)
         call(KI.decode, (5, 6), work, rec, None, sg, steps, quant.mode, quant.otype, lo,
              hi, np.asarray(config["order"], np.int64), interp_kind(config),
