@@ -216,3 +216,30 @@ def test_adapt_with_pwrel_says_so_and_codes_classically(files, tmp_path, capsys)
         assert f.header["model"] is None and f.header["bound"]["pw"] == 1e-2
         assert "learned" not in {f.window_meta(i)["p"] for i in range(f.n_windows)}
         check_bound(a, f.read_all(), "pwrel", 1e-2)
+
+
+@pytest.mark.parametrize("command,hint", [("compress", "--window"), ("decompress", "--threads")])
+@pytest.mark.parametrize("error", [MemoryError(), RuntimeError("can't start new thread")])
+def test_running_out_of_memory_names_what_the_command_can_change(files, tmp_path, capsys,
+                                                                 monkeypatch, command, hint,
+                                                                 error):
+    """Out of memory, or no thread started under a memory limit: one line with exit 1
+    naming an option of the command that ran (decompress has no --window)."""
+    from tezip import cli
+
+    tez = tmp_path / "a.tez"
+    assert main(["compress", str(files / "a.npy"), str(tez), "--mode", "abs",
+                 "--bound", "0.5"]) == 0
+    capsys.readouterr()
+
+    def boom(*a, **k):
+        raise error
+
+    monkeypatch.setattr(cli, "compress_stack" if command == "compress" else "TezFile", boom)
+    args = ([command, str(files / "a.npy"), str(tmp_path / "b.tez"), "--mode", "abs",
+             "--bound", "0.5"] if command == "compress" else
+            [command, str(tez), str(tmp_path / "b.npy")])
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tezip: error: ") and hint in err[0]
+    assert ("--window" in err[0]) == (command == "compress")

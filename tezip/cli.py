@@ -609,6 +609,20 @@ def console_main() -> int:
     return main()
 
 
+def _memory_hint(argv: list[str] | None) -> str:
+    """What to try on the command that ran out of memory: a window is what one thread
+    holds; only the coding commands choose it."""
+    args = sys.argv[1:] if argv is None else argv
+    command = next((a for a in args if not a.startswith("-")), "")
+    if command == "compress":
+        return "; use a smaller --window, or fewer --threads"
+    if command == "prepare":
+        return "; use a smaller --window"
+    if command == "decompress":
+        return "; use fewer --threads (the file's windows were set when it was coded)"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("TEZIP_DEBUG"))
     from . import kernels  # no numba import: just where the notice is set
@@ -638,11 +652,16 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"tezip: error: {exc.strerror or exc}{where}", err=True)
         return 1
     except MemoryError:
-        click.echo("tezip: error: out of memory; use a smaller --window", err=True)
+        click.echo(f"tezip: error: out of memory{_memory_hint(argv)}", err=True)
         return 1
     except Exception as exc:  # a bug: still one line, the traceback on demand
         if debug:
             raise
+        if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+            # what a thread pool meets under a memory limit
+            click.echo(f"tezip: error: no thread could be started (out of memory?)"
+                       f"{_memory_hint(argv)}", err=True)
+            return 1
         click.echo(f"tezip: internal error: {type(exc).__name__}: {exc} "
                    "(set TEZIP_DEBUG=1 for a traceback and please report it)", err=True)
         return 3
