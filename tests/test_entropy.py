@@ -96,10 +96,10 @@ def test_symbols_and_bit_stream_are_the_reference_ones(seed):
     np.testing.assert_array_equal(counts, want)
 
 
-def test_bit_stream_grows_past_its_first_buffer():
-    """``symbolize`` doubles its bit stream where the expected size is short (the model's
-    statistics come from every few codes only): from an expected size of 0 bytes, the
-    same stream as from the exact bound."""
+def test_a_bit_stream_past_its_expected_size_is_cut_and_sized():
+    """``symbolize`` given too small an expected size (the model's statistics come from
+    every few codes only) writes what fits, returns the stream's full size, and given
+    that size writes the same stream as from the exact bound."""
     rng = np.random.default_rng(11)
     n_ctx = 12
     codes = np.concatenate([_codes(rng, 4000, s, 0.02) for s in (3.0, 1e4, 1e9)])
@@ -110,21 +110,25 @@ def test_bit_stream_grows_past_its_first_buffer():
     kb = K.choose_kb(zsum, zcnt, cmap, n_class)
     exact = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class,
                         K.stream_bytes(blen, cmap, kb))
-    grown = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class, 0)
-    assert exact[2] > 1000 and grown[2] == exact[2]
-    assert grown[1].size > 3            # it did grow from its 3 words
-    assert (grown[1].view(np.uint8)[:grown[2]].tobytes()
+    assert exact[2] <= 8 * (exact[1].size - 1)
+    short = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class, 64)
+    assert short[1].size == 64 // 8 + 3 and short[2] == exact[2] > 8 * (short[1].size - 1)
+    assert (short[1].view(np.uint8)[:64].tobytes()
+            == exact[1].view(np.uint8)[:64].tobytes())
+    again = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class, short[2])
+    assert (again[1].view(np.uint8)[:again[2]].tobytes()
             == exact[1].view(np.uint8)[:exact[2]].tobytes())
-    np.testing.assert_array_equal(grown[0], exact[0])
-    np.testing.assert_array_equal(grown[3], exact[3])
+    for a, b in ((short, exact), (again, exact)):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[3], b[3])
 
 
 def test_a_model_chosen_on_every_few_codes_codes_every_code():
     """A window of many codes chooses its model (classes, low bits) from every
     ``_stats_step``-th code (every 4th: columns 0, 4, 8, ...): here their residuals are
     those of smooth columns only (columns 3 and 0 mod 4), and the noise of columns 1 and
-    2 mod 4 escapes past the bit stream's expected size. The file decodes within the
-    bound."""
+    2 mod 4 escapes past the bit stream's expected size (``symbolize`` then runs once
+    more). The file decodes within the bound."""
     import tezip
     from tezip import predictors
     from tezip.quantize import ErrorBound, quantizer, resolve

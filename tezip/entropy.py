@@ -64,8 +64,14 @@ def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
     cnt, zsum, zcnt, blen = _model_stats(codes, ctx, n_ctx, outliers)
     cmap, n_class = K.class_map(cnt, groups)
     kb = K.choose_kb(zsum, zcnt, cmap, n_class)
+    # the bit stream's expected size, from every few codes' bit lengths: twice that
+    # (untouched, the rest of a large buffer costs no memory)
     sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb, n_class,
-                                           K.stream_bytes(blen, cmap, kb))
+                                           2 * K.stream_bytes(blen, cmap, kb) + 4096)
+    if nbytes > 8 * (low.size - 1):     # the bit stream outgrew it (codes the sampled
+        #                                 ones did not foretell): once more, with its size
+        sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb,
+                                               n_class, nbytes)
     freq = K.normalize(counts)
     words = K.rans_encode(sym, freq)
     return Streams(_pack_model(cmap, kb, freq, 2 * words.size + nbytes),

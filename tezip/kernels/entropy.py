@@ -169,20 +169,6 @@ def _put(acc, nacc, v, n):
 
 
 @jit
-def _stored(low, wpos, word):
-    """``word`` stored as the bit stream's word ``wpos``, the stream first doubled where
-    that would leave no word for the last, partial one: (stream, wpos + 1). Called once
-    per 64 bits written (a call of its own: its array's reference count is updated per
-    call)."""
-    if wpos >= low.size - 1:
-        grown = np.zeros(2 * low.size, np.uint64)
-        grown[:low.size] = low
-        low = grown
-    low[wpos] = word
-    return low, wpos + 1
-
-
-@jit
 def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
     """Codes -> (class and symbol of each code, bit stream, counts per class and symbol).
     With ``use_flag``, codes equal to ``outl_flag`` mark outliers. A code's class ``c``
@@ -191,8 +177,10 @@ def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
     instead of two each (0.5-0.7 ns a code less for the two kernels). The bit stream
     holds, per code, an escape's high part (6-bit length, then the bits) and the class's
     low bits, least significant bit first; ``low_bytes``: its expected size
-    (``stream_bytes``; the stream grows past it where needed). It is returned as 64-bit
-    words (the first ``nbytes`` bytes of their little-endian bytes)."""
+    (``stream_bytes``). It is returned as 64-bit words (the first ``nbytes`` bytes of
+    their little-endian bytes); where ``nbytes`` is more than 8 x (words - 1), it may be
+    cut short: call again with ``low_bytes`` = ``nbytes``. (A stream that grew in place,
+    reassigned in the loop, made this 2.6x as slow.)"""
     n = codes.size
     sym = np.empty(n, np.uint16)
     low = np.zeros(low_bytes // 8 + 3, np.uint64)
@@ -202,6 +190,8 @@ def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
     acc = np.uint64(0)
     nacc = 0
     wpos = 0
+    lim = low.size - 1          # words past it are counted, not stored (the caller
+    #                             calls again with the size returned)
     for i in range(n):
         c = cmap[ctx[i]]
         row = np.int64(c) * ALPHABET
@@ -225,7 +215,9 @@ def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
             # taken (where classes with and without low bits alternate, once per 64 bits)
             acc, nacc, word, full = _put(acc, nacc, lowbits, kk)
             if full:
-                low, wpos = _stored(low, wpos, word)
+                if wpos < lim:
+                    low[wpos] = word
+                wpos += 1
             continue
         sym[i] = row + ESC
         counts2[i & 1, row + ESC] += 1
@@ -233,14 +225,21 @@ def symbolize(codes, ctx, outl_flag, use_flag, cmap, kb, n_class, low_bytes):
         ln = bit_length(e)
         acc, nacc, word, full = _put(acc, nacc, np.uint64(ln), 6)
         if full:
-            low, wpos = _stored(low, wpos, word)
+            if wpos < lim:
+                low[wpos] = word
+            wpos += 1
         acc, nacc, word, full = _put(acc, nacc, e, ln)
         if full:
-            low, wpos = _stored(low, wpos, word)
+            if wpos < lim:
+                low[wpos] = word
+            wpos += 1
         acc, nacc, word, full = _put(acc, nacc, lowbits, kk)
         if full:
-            low, wpos = _stored(low, wpos, word)
-    low[wpos] = acc
+            if wpos < lim:
+                low[wpos] = word
+            wpos += 1
+    if wpos <= lim:
+        low[wpos] = acc
     counts = (counts2[0] + counts2[1]).reshape(n_class, ALPHABET)
     return sym, low, (64 * wpos + nacc + 7) // 8, counts
 
