@@ -48,9 +48,9 @@ STATS_STEP = 4           # ``_stats_step``-th code where that leaves at least th
 #                          was a seventh of encoding smoke at 1e-3 (0.62 ms of a window of
 #                          540,672 codes; every 4th: 0.17 ms). The frequencies are still
 #                          counted on every code (``symbolize``). On the shared stacks at
-#                          1e-2..1e-4 the files came out 0.9996-1.0044x the size (all
-#                          twelve together 1.0002x; the most, smoke at 1e-4, where a
-#                          class's low bits changed by one)
+#                          1e-2..1e-4, encoding 1.04-1.09x as fast, the files 0.9996-
+#                          1.0023x the size (the most, smoke at 1e-4, where a class's
+#                          low bits changed by one)
 
 
 def _stats_step(n: int) -> int:
