@@ -42,15 +42,14 @@ class Streams:
     low: bytes
 
 
-STATS_CODES = 1 << 17    # the model's classes and low bits are chosen from every
-STATS_STEP = 4           # ``_stats_step``-th code where that leaves at least this many
-#                          codes, every code otherwise: the statistics' pass over the codes
-#                          was a seventh of encoding smoke at 1e-3 (0.62 ms of a window of
-#                          540,672 codes; every 4th: 0.17 ms). The frequencies are still
-#                          counted on every code (``symbolize``). On the shared stacks at
-#                          1e-2..1e-4, encoding 1.04-1.09x as fast, the files 0.9996-
-#                          1.0023x the size (the most, smoke at 1e-4, where a class's
-#                          low bits changed by one)
+STATS_CODES = 1 << 17    # the model's classes and low bits are chosen from one block of
+STATS_STEP = 4           # SAMPLE_BLOCK codes in every ``_stats_step`` (``sample_starts``)
+SAMPLE_BLOCK = 1024      # where that leaves at least STATS_CODES codes, from every code
+#                          otherwise: the statistics' pass over the codes was a seventh of
+#                          encoding smoke at 1e-3 (0.62 ms of a window of 540,672 codes).
+#                          The frequencies are still counted on every code (``symbolize``).
+#                          On the shared stacks at 1e-2..1e-4: encoding 1.09-1.16x as
+#                          fast as with every code, the files 0.9998-1.0016x the size
 
 
 def _stats_step(n: int) -> int:
@@ -90,9 +89,11 @@ def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.nda
 
 def _model_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
                  outliers: bool) -> tuple[np.ndarray, ...]:
-    """``_ctx_stats`` of every ``_stats_step``-th code, counts scaled to the whole
-    (``class_map`` compares them with a size; the bit-length histogram sizes the bit
-    stream's first buffer). Only for the int32 codes of the value predictors (|code| <=
+    """``_ctx_stats`` of one block of SAMPLE_BLOCK codes in every ``_stats_step``
+    (``sample_starts``), every statistic scaled to the whole window: ``class_map``
+    compares the counts with a size, ``estimate_bits`` counts the raw low bits from the
+    numbers of codes, and the bit-length histogram sizes the bit stream's first buffer.
+    Only for the int32 codes of the value predictors (|code| <=
     KMAX: an escaped high part is under 2^32, its 6-bit length always fits); the bit-exact
     predictors' int64 codes go up to 2^64, and a class whose low bits were chosen on
     codes that missed its largest would escape one of 64 bits (the break-test's float64
@@ -100,16 +101,22 @@ def _model_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
     step = _stats_step(codes.size) if codes.dtype == np.int32 else 1
     if step == 1:
         return _ctx_stats(codes, ctx, n_ctx, outliers)
-    cnt, zsum, zcnt, blen = _ctx_stats(codes[::step], ctx[::step], n_ctx, outliers)
-    return cnt * step, zsum, zcnt, blen * step
+    starts = K.sample_starts(codes.size, step, SAMPLE_BLOCK)
+    cnt, zsum, zcnt, blen = K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, outliers, starts,
+                                               SAMPLE_BLOCK)
+    return cnt * step, zsum * step, zcnt * step, blen * step
+
+
+_ALL = np.zeros(1, np.int64)
 
 
 def _ctx_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
                outliers: bool) -> tuple[np.ndarray, ...]:
-    """Per-context statistics (``kernels.entropy.ctx_stats``), summed as integers where
-    the codes are those of a value predictor (int32: no sum can overflow)."""
+    """Per-context statistics of every code (``kernels.entropy.ctx_stats``), summed as
+    integers where the codes are those of a value predictor (int32: no sum can
+    overflow)."""
     if codes.dtype == np.int32:
-        return K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, outliers)
+        return K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, outliers, _ALL, max(codes.size, 1))
     return K.ctx_stats(codes, ctx, n_ctx, FLAG, outliers)
 
 
