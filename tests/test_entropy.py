@@ -27,8 +27,8 @@ def test_value_statistics_summed_as_integers_are_the_float_sums(seed):
         ctx = rng.integers(0, n_ctx, codes.size).astype(np.uint8)
         for use_flag in (True, False):
             want = K.ctx_stats(codes, ctx, n_ctx, FLAG, use_flag)
-            got = K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, use_flag,
-                                     np.zeros(1, np.int64), codes.size)
+            got = K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, use_flag, 1,
+                                     np.zeros(1, np.uint8))
             for w, g in zip(want, got, strict=True):
                 np.testing.assert_array_equal(g, w)
 
@@ -124,18 +124,26 @@ def test_a_bit_stream_past_its_expected_size_is_cut_and_sized():
         np.testing.assert_array_equal(a[3], b[3])
 
 
-@pytest.mark.parametrize(("n", "step", "block"), [(1 << 19, 4, 1024), (1000003, 3, 1024),
-                                                  (5000, 2, 7), (1, 4, 1024)])
-def test_the_sample_is_one_block_in_every_step_at_a_varying_place(n, step, block):
-    starts = K.sample_starts(n, step, block)
-    n_blocks = -(-n // block)
-    assert starts.size == -(-n_blocks // step)
-    for g, a in enumerate(starts):
-        assert a % block == 0 and g * step <= a // block < min((g + 1) * step, n_blocks)
-    np.testing.assert_array_equal(starts, K.sample_starts(n, step, block))
-    if starts.size > 64:         # every place in a group is taken, none nearly always
-        places = np.bincount(starts // block % step, minlength=step)
-        assert places.min() > 0.5 * starts.size / step
+@pytest.mark.parametrize("step", [2, 3, 4])
+def test_the_sample_is_every_steps_code_from_a_hashed_place_per_run(step):
+    """``ctx_stats_narrow`` with a sample's ``step`` and offsets is the statistics of the
+    codes the offsets name (four a run, ``step`` apart), and the offsets take every
+    place of a run about as often, the same on every call."""
+    offs = entropy.sample_offsets(step)
+    np.testing.assert_array_equal(offs, entropy.sample_offsets(step))
+    assert offs.dtype == np.uint8 and offs.max() < step
+    assert np.bincount(offs, minlength=step).min() > 0.8 * offs.size / step
+    rng = np.random.default_rng(step)
+    n = 3 * 4 * step * offs.size + 5 * step + 3          # past one round of the table
+    codes = _codes(rng, n, 40.0, 0.01)
+    ctx = rng.integers(0, 20, n).astype(np.uint8)
+    runs = np.arange(n // (4 * step))
+    first = runs * 4 * step + offs[runs % offs.size]
+    idx = (first[:, None] + step * np.arange(4)).ravel()
+    want = K.ctx_stats_narrow(codes[idx], ctx[idx], 20, FLAG, True, 1, np.zeros(1, np.uint8))
+    got = K.ctx_stats_narrow(codes, ctx, 20, FLAG, True, step, offs)
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_array_equal(g, w)
 
 
 def test_a_sampled_model_estimates_as_every_code_does():
@@ -180,33 +188,38 @@ def test_a_stack_periodic_in_a_few_codes_codes_as_with_every_codes_model(monkeyp
 
 def test_a_model_chosen_on_a_sample_codes_every_code(monkeypatch):
     """A window of many codes chooses its model (classes, low bits) from a sample of its
-    codes. Here the sample is made the worst it can be: the first quarter of the codes,
-    the residuals of two smooth frames, while the other six are noise, which escapes past
-    the bit stream's expected size (``symbolize`` then runs once more). The file decodes
-    within the bound."""
+    codes. Here the sample is made the worst it can be: the first quarter of the codes
+    (scaled as a sample of one in four), the residuals of two smooth frames, while the
+    other six are noise, which escapes past the bit stream's expected size
+    (``symbolize`` then runs once more). The file decodes within the bound."""
     import tezip
-    from tezip import predictors
-    from tezip.quantize import ErrorBound, quantizer, resolve
 
-    def first_quarter(n: int, step: int, block: int) -> np.ndarray:
-        n_blocks = (n + block - 1) // block
-        return np.arange((n_blocks + step - 1) // step, dtype=np.int64) * block
+    every_code = entropy._ctx_stats
 
-    monkeypatch.setattr(K, "sample_starts", first_quarter)
+    def first_quarter(codes, ctx, n_ctx, outliers):
+        if codes.dtype != np.int32 or entropy._stats_step(codes.size) == 1:
+            return every_code(codes, ctx, n_ctx, outliers)
+        q = codes.size // 4
+        cnt, zsum, zcnt, blen = every_code(codes[:q], ctx[:q], n_ctx, outliers)
+        return cnt * 4, zsum * 4, zcnt * 4, blen * 4
+
+    calls = []
+    symbolize = K.symbolize
+
+    def counted(*args):
+        out = symbolize(*args)
+        calls.append(out[2] > 8 * (out[1].size - 1))      # cut short
+        return out
+
+    monkeypatch.setattr(entropy, "_model_stats", first_quarter)
+    monkeypatch.setattr(K, "symbolize", counted)
     rng = np.random.default_rng(5)
     t, h, w = 8, 256, 256
     x = np.cumsum(rng.standard_normal((t, h, w)), axis=2).astype(np.float32)
     x[2:] = rng.uniform(-3e4, 3e4, (t - 2, h, w)).astype(np.float32)
-    assert entropy._stats_step(x.size) == 4
-    quant = quantizer(resolve(ErrorBound("abs", abs=0.01), x.dtype, (float(x.min()),
-                                                                      float(x.max()))))
-    coded = predictors.get("spatial").encode(x, quant, {"pq": 1}, np.zeros(1, np.int8))
-    cnt, zsum, zcnt, blen = entropy._model_stats(coded.codes, coded.ctx, coded.n_ctx, True)
-    cmap, n_class = K.class_map(cnt, coded.groups)
-    kb = K.choose_kb(zsum, zcnt, cmap, n_class)
-    streams = entropy.encode(coded.codes, coded.ctx, coded.n_ctx, coded.groups, True)
-    assert len(streams.low) > 4 * K.stream_bytes(blen, cmap, kb) + 4096
-    blob = tezip.compress(x, mode="abs", bound=0.01, predictor="spatial", threads=1)
+    blob = tezip.compress(x, mode="abs", bound=0.01, predictor="spatial", window=t,
+                          threads=1)
+    assert True in calls and calls[calls.index(True) + 1] is False    # cut, then whole
     y = tezip.decompress(blob, threads=1)
     assert np.abs(y.astype(np.float64) - x).max() <= 0.01
 

@@ -42,14 +42,32 @@ class Streams:
     low: bytes
 
 
-STATS_CODES = 1 << 17    # the model's classes and low bits are chosen from one block of
-STATS_STEP = 4           # SAMPLE_BLOCK codes in every ``_stats_step`` (``sample_starts``)
-SAMPLE_BLOCK = 1024      # where that leaves at least STATS_CODES codes, from every code
-#                          otherwise: the statistics' pass over the codes was a seventh of
-#                          encoding smoke at 1e-3 (0.62 ms of a window of 540,672 codes).
-#                          The frequencies are still counted on every code (``symbolize``).
-#                          On the shared stacks at 1e-2..1e-4: encoding 1.09-1.16x as
-#                          fast as with every code, the files 0.9998-1.0016x the size
+STATS_CODES = 1 << 17    # the model's classes and low bits are chosen from one code in
+STATS_STEP = 4           # every ``_stats_step`` (``sample_offsets``) where that leaves at
+#                          least this many codes, from every code otherwise: the
+#                          statistics' pass over the codes was a seventh of encoding smoke
+#                          at 1e-3 (0.62 ms of a window of 540,672 codes). The frequencies
+#                          are still counted on every code (``symbolize``)
+
+
+def sample_offsets(step: int, n: int = 4096) -> np.ndarray:
+    """Where the model's statistics take their codes (``ctx_stats_narrow``): in each run
+    of 4 x ``step`` codes, every ``step``-th from a place below ``step`` that a hash of
+    the run's index chooses (splitmix64's finalizer; ``n`` runs, then again). A sample
+    that no period of the data lines up with and that covers every row alike. Every
+    ``step``-th code lined up with data periodic in a few codes (the second break-test's
+    uint16 stack, every other pixel 65535: 1.61x the size of its file with every code's
+    statistics; now 1.00x); blocks of 1024 codes, one of every ``step`` at a hashed
+    place, missed or doubled rows that come once a frame (the third's stack of 64 x 1024
+    frames whose first rows are noise: 1.035x; now 1.0005x)."""
+    x = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return (x % np.uint64(step)).astype(np.uint8)
+
+
+_OFFSETS = {s: sample_offsets(s, 4096 if s > 1 else 1) for s in range(1, STATS_STEP + 1)}
 
 
 def _stats_step(n: int) -> int:
@@ -89,8 +107,8 @@ def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.nda
 
 def _model_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
                  outliers: bool) -> tuple[np.ndarray, ...]:
-    """``_ctx_stats`` of one block of SAMPLE_BLOCK codes in every ``_stats_step``
-    (``sample_starts``), every statistic scaled to the whole window: ``class_map``
+    """``_ctx_stats`` of one code in every ``_stats_step`` (``sample_offsets``), every
+    statistic scaled to the whole window: ``class_map``
     compares the counts with a size, ``estimate_bits`` counts the raw low bits from the
     numbers of codes, and the bit-length histogram sizes the bit stream's first buffer.
     Only for the int32 codes of the value predictors (|code| <=
@@ -101,13 +119,9 @@ def _model_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
     step = _stats_step(codes.size) if codes.dtype == np.int32 else 1
     if step == 1:
         return _ctx_stats(codes, ctx, n_ctx, outliers)
-    starts = K.sample_starts(codes.size, step, SAMPLE_BLOCK)
-    cnt, zsum, zcnt, blen = K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, outliers, starts,
-                                               SAMPLE_BLOCK)
+    cnt, zsum, zcnt, blen = K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, outliers, step,
+                                               _OFFSETS[step])
     return cnt * step, zsum * step, zcnt * step, blen * step
-
-
-_ALL = np.zeros(1, np.int64)
 
 
 def _ctx_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
@@ -116,7 +130,7 @@ def _ctx_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
     integers where the codes are those of a value predictor (int32: no sum can
     overflow)."""
     if codes.dtype == np.int32:
-        return K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, outliers, _ALL, max(codes.size, 1))
+        return K.ctx_stats_narrow(codes, ctx, n_ctx, FLAG, outliers, 1, _OFFSETS[1])
     return K.ctx_stats(codes, ctx, n_ctx, FLAG, outliers)
 
 
