@@ -141,7 +141,9 @@ CASES = [
     ("verify {d}/a.npy {d}/missing.tez", 1, ["missing.tez"]),
     ("verify {d}/dataset_dir", 1, ["manifest.json"]),
     ("verify {d}/nothing_here", 2, ["verify"]),
-    ("verify {d}/a.tez {d}/a.npy", 2, ["ORIGINAL first", "tezip verify {d}/a.npy {d}/a.tez"]),
+    ("verify {d}/a.tez {d}/a.npy", 2, ["ORIGINAL first", "give {d}/a.npy before it"]),
+    ("verify {d}/a.tez {d}/a.tez", 2, ["ORIGINAL first", "{d}/a.tez is a .tez file",
+                                       "!give"]),
     # prepare
     ("prepare {d}/nothing*.npy --out {o} --bound 1e-3", 1, ["nothing*.npy"]),
     ("prepare {d}/a.npy --out {o} --mode abs --bound -1", 1, ["positive"]),

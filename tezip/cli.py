@@ -390,9 +390,10 @@ def verify(original: Path, file: Path | None, dataset: str | None, fmt: str | No
     if file is None:
         _verify_dataset(original, as_json)
         return
-    if original.suffix.lower() == ".tez" and file.suffix.lower() != ".tez":
-        raise click.UsageError(f"verify takes ORIGINAL first, then FILE.tez: tezip verify "
-                               f"{file} {original}")
+    if original.suffix.lower() == ".tez" and fmt is None:
+        raise click.UsageError(f"verify takes ORIGINAL first, then FILE.tez; {original} "
+                               f"is a .tez file" + (f": give {file} before it"
+                                                    if file.suffix.lower() != ".tez" else ""))
     with io.open_input(original, dataset=dataset, format=fmt) as stack, \
             TezFile(file, model=_model(model)) as f:
         if tuple(stack.shape) != tuple(f.shape) or np.dtype(stack.dtype) != f.dtype:
