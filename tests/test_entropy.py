@@ -166,7 +166,8 @@ def test_a_sampled_model_estimates_as_every_code_does():
 def test_a_stack_periodic_in_a_few_codes_codes_as_with_every_codes_model(monkeypatch):
     """The second break-test's stack: every other pixel 65535, the rest random. A model
     chosen on every 2nd code saw a biased mix of them, and the file was 1.61x the size
-    of one coded with every code's statistics; the sample is now of whole blocks."""
+    of one coded with every code's statistics; the sample now starts each run at a
+    hashed place."""
     import tezip
 
     rng = np.random.default_rng(1)
