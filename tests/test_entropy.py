@@ -83,7 +83,7 @@ def test_symbols_and_bit_stream_are_the_reference_ones(seed):
     ctx = rng.integers(0, n_ctx, codes.size).astype(np.uint8)
     cnt, zsum, zcnt, blen = K.ctx_stats(codes, ctx, n_ctx, FLAG, True)
     cmap, n_class = K.class_map(cnt, np.array([10, 20], np.int64))
-    kb = K.choose_kb(zsum, zcnt, cmap, n_class, blen)
+    kb = K.choose_kb(zsum, zcnt, cmap, n_class)
     kb[0] = 0                       # a class without low bits: every code escapes or not
     sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class,
                                            K.stream_bytes(blen, cmap, kb))
@@ -108,7 +108,7 @@ def test_a_bit_stream_past_its_expected_size_is_cut_and_sized():
     ctx = rng.integers(0, n_ctx, codes.size).astype(np.uint8)
     cnt, zsum, zcnt, blen = K.ctx_stats(codes, ctx, n_ctx, FLAG, True)
     cmap, n_class = K.class_map(cnt, np.array([6], np.int64))
-    kb = K.choose_kb(zsum, zcnt, cmap, n_class, blen)
+    kb = K.choose_kb(zsum, zcnt, cmap, n_class)
     exact = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class,
                         K.stream_bytes(blen, cmap, kb))
     assert exact[2] <= 8 * (exact[1].size - 1)
@@ -159,7 +159,7 @@ def test_a_sampled_model_estimates_as_every_code_does():
     groups = np.array([n_ctx], np.int64)
     sampled = entropy.estimate_bits(codes, ctx, n_ctx, groups, 40.0)
     full = float(K.estimate_bits(codes, ctx, n_ctx, groups, FLAG, True, 40.0,
-                                 *entropy._ctx_stats(codes, ctx, n_ctx, True)))
+                                 *entropy._ctx_stats(codes, ctx, n_ctx, True)[:3]))
     assert sampled == pytest.approx(full, rel=0.005)
 
 
@@ -242,55 +242,6 @@ def test_bit_exact_codes_keep_every_codes_statistics():
     blob = tezip.compress(x, mode="lossless", predictor="spatial", threads=1)
     assert np.array_equal(tezip.decompress(blob, threads=1).view(np.uint64),
                           x.view(np.uint64))
-
-
-def _mean_rule_kb(codes: np.ndarray) -> int:
-    z = ((codes.astype(np.int64) << 1) ^ (codes.astype(np.int64) >> 63)).astype(np.float64)
-    return max(0, int(np.floor(np.log2(z.mean() + 1.0))) - 3)
-
-
-def _coded_bytes(codes, ctx, cmap, kb, n_class) -> int:
-    sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class,
-                                           8 * codes.size + 4096)
-    return 2 * K.rans_encode(sym, K.normalize(counts)).size + nbytes
-
-
-def test_a_class_of_small_and_large_codes_takes_fewer_low_bits():
-    """Smooth pixels beside saturated ones: 70% of a class's codes 0, 30% near +-3000.
-    The mean code sets 7 low bits, which every 0 pays for; the class takes the fewer its
-    bit lengths price cheapest (here the cheapest of all), under 0.75x the bytes (0.70x).
-    A class of Laplacian codes keeps the mean rule's."""
-    rng = np.random.default_rng(7)
-    n = 60000
-    bimodal = np.where(rng.random(n) < 0.7, 0,
-                       rng.integers(2000, 4000, n) * rng.choice([-1, 1], n)).astype(np.int32)
-    laplace = np.round(rng.laplace(0, 300, n)).astype(np.int32)
-    for codes, fewer in ((bimodal, True), (laplace, False)):
-        ctx = np.zeros(n, np.uint8)
-        cnt, zsum, zcnt, blen = K.ctx_stats(codes, ctx, 1, FLAG, True)
-        cmap, n_class = K.class_map(cnt, np.array([1], np.int64))
-        kb = K.choose_kb(zsum, zcnt, cmap, n_class, blen)
-        mean_kb = np.array([_mean_rule_kb(codes)], np.int64)
-        if fewer:
-            assert kb[0] < mean_kb[0] and mean_kb[0] >= 6
-            size = {k: _coded_bytes(codes, ctx, cmap, np.array([k]), n_class)
-                    for k in range(mean_kb[0] + 1)}
-            assert size[kb[0]] == min(size.values()) < 0.75 * size[mean_kb[0]]
-        else:
-            assert kb[0] == mean_kb[0]
-
-
-def test_a_stack_with_dead_columns_codes_within_its_bound():
-    """uint16 frames whose every other column is 65535 (the third break-test's stack,
-    coded 0.64x as large with the fewer low bits): within the bound, every predictor."""
-    import tezip
-
-    rng = np.random.default_rng(3)
-    x = rng.choice(np.array([0, 1, 65534, 65535], np.uint16), (12, 64, 96, 3))
-    x[:, :, ::2] = 65535
-    for pred in ("classical", "interp", "spatial"):
-        blob = tezip.compress(x, mode="abs", bound=3, predictor=pred, threads=1)
-        assert np.abs(tezip.decompress(blob, threads=1).astype(np.int64) - x).max() <= 3
 
 
 def _reference_rans(syms, cls, freq) -> list[int]:

@@ -82,7 +82,7 @@ def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
     is False) under contexts ``ctx`` (uint8, < n_ctx)."""
     cnt, zsum, zcnt, blen = _model_stats(codes, ctx, n_ctx, outliers)
     cmap, n_class = K.class_map(cnt, groups)
-    kb = K.choose_kb(zsum, zcnt, cmap, n_class, blen)
+    kb = K.choose_kb(zsum, zcnt, cmap, n_class)
     # the bit stream's expected size, from every few codes' bit lengths: twice that
     # (untouched, the rest of a large buffer costs no memory)
     sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb, n_class,
@@ -102,9 +102,9 @@ def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.nda
                   outlier_bits: float, outliers: bool = True) -> float:
     """Estimated coded size in bits (to rank candidates without coding), of the model
     ``encode`` would choose."""
-    cnt, zsum, zcnt, blen = _model_stats(codes, ctx, n_ctx, outliers)
+    cnt, zsum, zcnt, _ = _model_stats(codes, ctx, n_ctx, outliers)
     return float(K.estimate_bits(codes, ctx, n_ctx, groups, FLAG, outliers, outlier_bits,
-                                 cnt, zsum, zcnt, blen))
+                                 cnt, zsum, zcnt))
 
 
 def _model_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,

@@ -52,94 +52,21 @@ def class_map(counts, groups):
     return cmap, cls + 1
 
 
-KB_SWITCH = 0.02     # a class's low bits move from the mean rule's to the cheapest fewer
-#                      where the bit-length histogram says that saves this share of its
-#                      bits (``choose_kb``)
-
-
 @jit
-def choose_kb(zsum, zcnt, cmap, n_class, blen):
+def choose_kb(zsum, zcnt, cmap, n_class):
     """Low bits per class from the mean zigzag code of its contexts: keep the mean of the
-    high part near 8, where low bits stop being near-uniform. On a class of two kinds of
-    codes, small and large (saturated or dead pixels beside smooth ones, every other
-    column 65535), the mean sets low bits that every small code pays for: there the
-    class takes the fewer low bits that its bit-length histogram (``blen``, per context)
-    prices cheapest, where that saves more than KB_SWITCH of the mean rule's price
-    (``_kb_price``: a uniform spread within a bit length, too coarse to replace the
-    mean rule outright, which priced files of the shared stacks 0.996-1.011x). A uint16
-    stack with every other column 65535 coded 0.64x as large, a smooth one with 10% of
-    its pixels saturated 0.95x; on the shared stacks two cells changed (0.9963x,
-    0.9995x), none grew."""
+    high part near 8, where low bits stop being near-uniform."""
     s = np.zeros(n_class, np.float64)
     c = np.zeros(n_class, np.float64)
-    h = np.zeros((n_class, 65), np.float64)
     for i in range(zsum.size):
         s[cmap[i]] += zsum[i]
         c[cmap[i]] += zcnt[i]
-        for b in range(65):
-            h[cmap[i], b] += np.float64(blen[i, b])
     kb = np.zeros(n_class, np.int64)
     for j in range(n_class):
         if c[j] > 0:
             mean = s[j] / c[j]
             kb[j] = max(0, min(60, int(math.floor(math.log2(mean + 1.0))) - 3))
-        if kb[j] > 0:
-            hj = h[j]
-            nlogn = np.zeros(65, np.float64)
-            for b in range(65):
-                if hj[b] > 0.0:
-                    nlogn[b] = hj[b] * math.log2(hj[b])
-            price = _kb_price(hj, nlogn, kb[j])
-            best = kb[j]
-            bp = price
-            # an escaped high part's length has 6 bits: at least 1 low bit where a code
-            # has 64 (the bit-exact predictors' int64 codes), which the mean rule's count
-            # always kept (a float64 lossless stack of 0s and large residuals, coded with
-            # none, did not decode)
-            top = 64
-            while top > 0 and hj[top] == 0.0:
-                top -= 1
-            for k in range(max(0, top - 63), kb[j]):
-                p = _kb_price(hj, nlogn, k)
-                if p < bp:
-                    best = k
-                    bp = p
-            if bp < (1.0 - KB_SWITCH) * price:
-                kb[j] = best
     return kb
-
-
-@inline
-def _kb_price(n, nlogn, k):
-    """Estimated bits of a class's codes (bit-length histogram ``n``, 65 bins; ``nlogn``
-    its n log2 n) with ``k`` low bits: each code's raw bits (k, or for a longer code its
-    bits past the leading one, as if uniform, plus an escape's 6), and the entropy of
-    its high part's bit length (0 for codes of at most k bits, one escape symbol from 9
-    on)."""
-    tot = 0.0
-    small = 0.0
-    raw = 0.0
-    ent = 0.0
-    esc = 0.0
-    for b in range(65):
-        v = n[b]
-        tot += v
-        if b <= k:
-            small += v
-        elif b - k >= 9:
-            esc += v
-            raw += v * (b - 1 + 6)
-        else:
-            raw += v * (b - 1)
-            ent -= nlogn[b]
-    raw += small * k
-    if small > 0.0:
-        ent -= small * math.log2(small)
-    if esc > 0.0:
-        ent -= esc * math.log2(esc)
-    if tot > 0.0:
-        ent += tot * math.log2(tot)
-    return raw + ent
 
 
 @jit
@@ -530,12 +457,12 @@ def model_tables(raw, n_class):
 
 @jit
 def estimate_bits(codes, ctx, n_ctx, groups, outl_flag, use_flag, outl_bits, cnt, zsum,
-                  zcnt, blen):
+                  zcnt):
     """Estimated length in bits of coding ``codes`` under ``ctx`` (whose ``ctx_stats``
     are ``cnt``, ``zsum``, ``zcnt``): the empirical entropy of each class's symbols, its
     raw low bits, escapes, outliers and the tables."""
     cmap, n_class = class_map(cnt, groups)
-    kb = choose_kb(zsum, zcnt, cmap, n_class, blen)
+    kb = choose_kb(zsum, zcnt, cmap, n_class)
     counts = np.zeros((n_class, ALPHABET), np.int64)
     # the raw bits as integers, the low bits from the counts per context: no float sum
     # from value to value (the same value: every term is an integer below 2^53)
