@@ -110,14 +110,14 @@ def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.nda
 def _model_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
                  outliers: bool) -> tuple[np.ndarray, ...]:
     """``_ctx_stats`` of one code in every ``_stats_step`` (``sample_offsets``), every
-    statistic scaled to the whole window: ``class_map``
-    compares the counts with a size, ``estimate_bits`` counts the raw low bits from the
-    numbers of codes, and the bit-length histogram sizes the bit stream's first buffer.
-    Only for the int32 codes of the value predictors (|code| <=
-    KMAX: an escaped high part is under 2^32, its 6-bit length always fits); the bit-exact
-    predictors' int64 codes go up to 2^64, and a class whose low bits were chosen on
-    codes that missed its largest would escape one of 64 bits (the break-test's float64
-    lossless stack, refused by its decoder). Those keep every code's statistics."""
+    statistic scaled to the whole window: ``class_map`` compares the counts with a size,
+    ``estimate_bits`` counts the raw low bits from the numbers of codes, and the
+    bit-length histogram sizes the bit stream's first buffer. Only for the int32 codes of
+    the value predictors (|code| <= KMAX: an escaped high part is under 2^32, its 6-bit
+    length always fits); the bit-exact predictors' int64 codes go up to 2^64, and a
+    class whose low bits were chosen on codes that missed its largest would escape one
+    of 64 bits (the break-test's float64 lossless stack, refused by its decoder). Those
+    keep every code's statistics."""
     step = _stats_step(codes.size) if codes.dtype == np.int32 else 1
     if step == 1:
         return _ctx_stats(codes, ctx, n_ctx, outliers)

@@ -119,16 +119,15 @@ def ctx_stats_narrow(codes, ctx, n_ctx, outl_flag, use_flag, step, offs):
     ``step`` codes, its codes o, o + step, o + 2 step and o + 3 step, o = ``offs[r %
     offs.size]`` (``offs.size`` a power of two, its entries below ``step``;
     ``entropy.sample_offsets``; a tail of fewer than 4 x ``step`` codes is left out). The
-    sums as integers, which
-    cannot overflow (an integer addition is quicker to wait on than a float one), and an
-    outlier counted in a 66th bin of the histogram instead of a branch of its own (1.5 ->
-    1.0-1.1 ns per code). The sums are exact; the float ones are the same while each of
-    their four partial sums stays below 2^53 (past that, as with 2^25 codes near KMAX in
-    one context, the low bits chosen for a class may differ by one: either coding is
-    valid). The two loops are written out in full: with the per-code steps in an
-    inlined helper, or every code taken through the sample's index, this took 1.2-2x as
-    long; an offset per run of four (not per code) took 0.25 ms for a smoke window of
-    508K codes (per code 0.30, every 3rd code as a strided view 0.21)."""
+    sums as integers, which cannot overflow (an integer addition is quicker to wait on
+    than a float one), and an outlier counted in a 66th bin of the histogram instead of a
+    branch of its own (1.5 -> 1.0-1.1 ns per code). The sums are exact; the float ones
+    are the same while each of their four partial sums stays below 2^53 (past that, as
+    with 2^25 codes near KMAX in one context, the low bits chosen for a class may differ
+    by one: either coding is valid). The two loops are written out in full: with the
+    per-code steps in an inlined helper, or every code taken through the sample's index,
+    this took 1.2-2x as long; an offset per run of four (not per code) took 0.25 ms for a
+    smoke window of 508K codes (per code 0.30, every 3rd code as a strided view 0.21)."""
     zs = np.zeros((4, n_ctx), np.int64)
     bl = np.zeros((4, n_ctx, 66), np.int64)
     if step == 1:
