@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tezip import entropy
 from tezip.kernels import entropy as K
@@ -158,8 +160,11 @@ def test_a_sampled_model_estimates_as_every_code_does():
     assert entropy._stats_step(codes.size) == 4
     groups = np.array([n_ctx], np.int64)
     sampled = entropy.estimate_bits(codes, ctx, n_ctx, groups, 40.0)
-    full = float(K.estimate_bits(codes, ctx, n_ctx, groups, FLAG, True, 40.0,
-                                 *entropy._ctx_stats(codes, ctx, n_ctx, True)[:3]))
+    cnt, zsum, zcnt, _ = entropy._ctx_stats(codes, ctx, n_ctx, True)
+    cmap, n_class = K.class_map(cnt, groups)
+    full = float(K.estimate_bits(codes, ctx, n_ctx, cmap, n_class,
+                                 K.choose_kb(zsum, zcnt, cmap, n_class), FLAG, True, 40.0,
+                                 zcnt))
     assert sampled == pytest.approx(full, rel=0.005)
 
 
@@ -242,6 +247,145 @@ def test_bit_exact_codes_keep_every_codes_statistics():
     blob = tezip.compress(x, mode="lossless", predictor="spatial", threads=1)
     assert np.array_equal(tezip.decompress(blob, threads=1).view(np.uint64),
                           x.view(np.uint64))
+
+
+def _coded_bytes(codes, ctx, cmap, kb, n_class) -> int:
+    """Bytes of the streams and the model ``encode`` writes with low bits ``kb``."""
+    sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, True, cmap, kb, n_class,
+                                           8 * codes.size + 4096)
+    freq = K.normalize(counts)
+    words = K.rans_encode(sym, freq)
+    return 2 * words.size + nbytes + len(entropy._pack_model(cmap, kb, freq, 0))
+
+
+def _one_class(codes):
+    """(contexts, class map, classes, the mean rule's low bits, ``low_bits``' choice,
+    the proposal) of codes in one context."""
+    ctx = np.zeros(codes.size, np.uint8)
+    cnt, zsum, zcnt, blen = entropy._ctx_stats(codes, ctx, 1, True)
+    cmap, n_class = K.class_map(cnt, np.array([1], np.int64))
+    mean = K.choose_kb(zsum, zcnt, cmap, n_class)
+    cand, _ = K.propose_kb(blen, cmap, n_class, mean)
+    return ctx, cmap, n_class, mean, entropy.low_bits(codes, ctx, cmap, n_class, zsum,
+                                                      zcnt, blen), cand
+
+
+def _sizes(codes, ctx, cmap, n_class, upto):
+    return {k: _coded_bytes(codes, ctx, cmap, np.array([k], np.int64), n_class)
+            for k in range(upto + 1)}
+
+
+_N = 60000
+_MIXES = {
+    # smooth pixels (0) beside saturated ones (+-2000..4000): the mean sets 7 low bits
+    "bimodal": lambda r: np.where(r.random(_N) < 0.7, 0, r.integers(2000, 4000, _N)
+                                  * r.choice([-1, 1], _N)),
+    # large codes on one value: 5 low bits keep it below an escape, 0 make it escape
+    "one large value": lambda r: np.where(r.random(_N) < 0.7, r.integers(-1, 2, _N), 3000),
+    # a checkerboard: every other code from a few large values
+    "checkerboard": lambda r: np.where(np.arange(_N) % 2 == 0, r.integers(-1, 2, _N),
+                                       r.choice([2900, 3000, -3100], _N)),
+    # 10% dead or hot pixels far out
+    "few far": lambda r: np.where(r.random(_N) < 0.9, r.integers(-2, 3, _N),
+                                  r.choice([40000, -40000], _N)),
+}
+
+
+@pytest.mark.parametrize("mix", sorted(_MIXES))
+def test_a_class_of_small_and_large_codes_takes_the_fewer_low_bits_that_code_smallest(mix):
+    """Every small code paid the low bits the mean rule sets from the large ones: the
+    class now takes fewer, the count among those ``propose_kb`` offers that codes
+    smallest, 0.51-0.75x the mean rule's bytes here. With the bit-length price alone
+    ("one large value": 0 low bits, 0.98x) the count that keeps the large value below an
+    escape (5: 0.75x) was not found."""
+    codes = _MIXES[mix](np.random.default_rng(7)).astype(np.int32)
+    ctx, cmap, n_class, mean, kb, cand = _one_class(codes)
+    assert mean[0] >= 7 and kb[0] < mean[0]
+    size = _sizes(codes, ctx, cmap, n_class, int(mean[0]))
+    assert size[kb[0]] < 0.8 * size[mean[0]]
+    assert size[kb[0]] <= 1.01 * min(size[int(k)] for k in cand[0] if k >= 0)
+
+
+def test_a_class_of_one_kind_of_code_keeps_the_mean_rules_low_bits():
+    rng = np.random.default_rng(7)
+    for codes in (np.round(rng.laplace(0, 300, _N)), np.round(rng.normal(0, 40, _N))):
+        _, _, _, mean, kb, cand = _one_class(codes.astype(np.int32))
+        assert kb[0] == mean[0] and (cand[0] < 0).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.floats(0.02, 0.98), st.integers(0, 6),
+       st.integers(7, 20), st.integers(1, 6))
+def test_fewer_low_bits_never_code_larger_than_the_mean_rules(seed, share, small, big,
+                                                              nvals):
+    """The fifth break-test's losses (up to 1.32x) came from a switch priced on bit
+    lengths alone: codes of one bit length on a few values code almost free with the
+    mean rule's low bits. The switch is now priced on the class's real symbols: on
+    mixtures of small codes and a few large values, or a range of them, the coded bytes
+    never exceed the mean rule's by more than the model's rounding."""
+    rng = np.random.default_rng(seed)
+    n = 20000
+    lows = rng.integers(-(2**small), 2**small + 1, n)
+    if nvals < 6:
+        highs = rng.choice(rng.integers(2**(big - 1), 2**big, nvals), n)
+    else:
+        highs = rng.integers(2**(big - 1), 2**big, n)
+    highs = highs * rng.choice([-1, 1], n)
+    codes = np.where(rng.random(n) < share, highs, lows).astype(np.int32)
+    ctx, cmap, n_class, mean, kb, _ = _one_class(codes)
+    mine = _coded_bytes(codes, ctx, cmap, kb, n_class)
+    rule = _coded_bytes(codes, ctx, cmap, mean, n_class)
+    assert mine <= 1.003 * rule + 16
+
+
+def test_the_size_estimate_prices_the_mean_rules_low_bits_an_upper_bound():
+    """``estimate_bits`` ranks the tuning's candidates with the mean rule's low bits
+    (within 3% of what they code): ``encode`` takes fewer only where they code smaller,
+    so the estimate is what it codes or more."""
+    codes = _MIXES["one large value"](np.random.default_rng(7)).astype(np.int32)
+    ctx, cmap, n_class, mean, kb, _ = _one_class(codes)
+    est = entropy.estimate_bits(codes, ctx, 1, np.array([1], np.int64), 40.0)
+    assert est == pytest.approx(8 * _coded_bytes(codes, ctx, cmap, mean, n_class), rel=0.03)
+    assert 8 * _coded_bytes(codes, ctx, cmap, kb, n_class) < 0.85 * est
+
+
+def _checkerboard() -> np.ndarray:
+    i = np.indices((8, 64, 64)).sum(axis=0)
+    return np.where(i % 2 == 0, 0, 65535).astype(np.uint16)
+
+
+def _dead_columns() -> np.ndarray:
+    rng = np.random.default_rng(3)
+    x = rng.choice(np.array([0, 1, 65534, 65535], np.uint16), (12, 64, 96, 3))
+    x[:, :, ::2] = 65535
+    return x
+
+
+@pytest.mark.parametrize("case", ["checkerboard", "dead columns"])
+def test_files_with_fewer_low_bits_are_never_larger_than_the_mean_rules(case, monkeypatch):
+    """The pricing takes raw low bits as incompressible; a checkerboard's compress where
+    the payload is stored (zstd), and its file with the fewer low bits the pricing
+    chose was 1.42x the mean rule's here (1,993 bytes against 1,402; the fifth
+    break-test's checkerboards 1.31x): ``encode`` then codes both and keeps the smaller.
+    A stack whose every other column is 65535 (the third break-test's) takes the fewer,
+    0.68x the bytes. Both decode within the bound."""
+    import tezip
+
+    if case == "checkerboard":
+        x, kw = _checkerboard(), dict(mode="rel", bound=1e-3)
+    else:
+        x, kw = _dead_columns(), dict(mode="abs", bound=3)
+    kw.update(predictor="interp", threads=1)
+    blob = tezip.compress(x, **kw)
+    y = tezip.decompress(blob, threads=1).astype(np.int64)
+    assert np.abs(y - x).max() <= (3 if kw["mode"] == "abs" else 1e-3 * 65535)
+    with monkeypatch.context() as m:
+        m.setattr(entropy, "_fewer_low_bits", lambda *a: a[4])
+        rule = tezip.compress(x, **kw)
+    if case == "checkerboard":
+        assert len(blob) <= len(rule)
+    else:
+        assert len(blob) < 0.75 * len(rule)
 
 
 def _reference_rans(syms, cls, freq) -> list[int]:

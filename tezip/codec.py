@@ -510,7 +510,8 @@ def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
     if quant.mode == MODE_LOG:
         sections["masks"] = _masks_bytes(x)
     streams = entropy.encode(coded.codes, coded.ctx, coded.n_ctx, coded.groups,
-                             coded.has_outliers)
+                             coded.has_outliers,
+                             lambda low: payload.stored_size("low", low))
     sections.update(model=streams.model, words=streams.words, low=streams.low)
     meta = {"p": name, "cfg": coded.config, "n": int(x.shape[0]),
             "o": int(coded.outliers.size), "c": window_crc(out), **coded.extra}

@@ -10,6 +10,7 @@ window checksum rejects, never anything worse.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,12 +78,49 @@ def _stats_step(n: int) -> int:
 
 
 def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
-           outliers: bool = True) -> Streams:
+           outliers: bool = True,
+           low_size: Callable[[bytes], int] | None = None) -> Streams:
     """Code ``codes`` (int32 with FLAG for outliers, or int64 residuals when ``outliers``
-    is False) under contexts ``ctx`` (uint8, < n_ctx)."""
+    is False) under contexts ``ctx`` (uint8, < n_ctx). ``low_size``: the bytes a bit
+    stream will take where it is stored (``payload.stored_size``), if not its length."""
     cnt, zsum, zcnt, blen = _model_stats(codes, ctx, n_ctx, outliers)
     cmap, n_class = K.class_map(cnt, groups)
-    kb = K.choose_kb(zsum, zcnt, cmap, n_class)
+    rule = K.choose_kb(zsum, zcnt, cmap, n_class)
+    kb = _fewer_low_bits(codes, ctx, cmap, n_class, rule, blen, outliers)
+    sym, low, counts = _symbols(codes, ctx, cmap, kb, n_class, blen, outliers)
+    if low_size is not None and kb is not rule and _compresses(
+            low_size, codes[:_PROBE_CODES], ctx[:_PROBE_CODES], cmap, rule, n_class, blen,
+            outliers):
+        # fewer low bits are priced as if raw low bits never compressed; on periodic data
+        # (checkerboards) the mean rule's do where the payload is stored (zstd), and code
+        # smaller: a break-test's checkerboard stacks coded 1.31x as large with the
+        # fewer. Where the mean rule's bit stream of the first codes compresses, both
+        # are coded, the smaller kept
+        rsym, rlow, rcounts = _symbols(codes, ctx, cmap, rule, n_class, blen, outliers)
+        if low_size(rlow) < len(rlow):
+            mine = _finish(cmap, kb, sym, low, counts)
+            alt = _finish(cmap, rule, rsym, rlow, rcounts)
+            return min(mine, alt, key=lambda s: (len(s.model) + len(s.words)
+                                                 + low_size(s.low)))
+    return _finish(cmap, kb, sym, low, counts)
+
+
+_PROBE_CODES = 1 << 16    # the codes whose bit stream tells whether the mean rule's
+#                           compresses (``encode``; the payload probes a stream's first
+#                           16 KB alike)
+
+
+def _compresses(low_size: Callable[[bytes], int], codes: np.ndarray, ctx: np.ndarray,
+                cmap: np.ndarray, kb: np.ndarray, n_class: int, blen: np.ndarray,
+                outliers: bool) -> bool:
+    low = _symbols(codes, ctx, cmap, kb, n_class, blen, outliers)[1]
+    return low_size(low) < len(low)
+
+
+def _symbols(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, kb: np.ndarray,
+             n_class: int, blen: np.ndarray,
+             outliers: bool) -> tuple[np.ndarray, bytes, np.ndarray]:
+    """(class-and-symbol of each code, the bit stream, counts per class and symbol)."""
     # the bit stream's expected size, from every few codes' bit lengths: twice that
     # (untouched, the rest of a large buffer costs no memory)
     sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb, n_class,
@@ -91,20 +129,56 @@ def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
         #                                 ones did not foretell): once more, with its size
         sym, low, nbytes, counts = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb,
                                                n_class, nbytes)
+    return sym, low.astype("<u8", copy=False).view(np.uint8)[:nbytes].tobytes(), counts
+
+
+def _finish(cmap: np.ndarray, kb: np.ndarray, sym: np.ndarray, low: bytes,
+            counts: np.ndarray) -> Streams:
     freq = K.normalize(counts)
     words = K.rans_encode(sym, freq)
-    return Streams(_pack_model(cmap, kb, freq, 2 * words.size + nbytes),
-                   words.astype("<u2").tobytes(),
-                   low.astype("<u8", copy=False).view(np.uint8)[:nbytes].tobytes())
+    return Streams(_pack_model(cmap, kb, freq, 2 * words.size + len(low)),
+                   words.astype("<u2").tobytes(), low)
+
+
+def low_bits(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, n_class: int,
+             zsum: np.ndarray, zcnt: np.ndarray, blen: np.ndarray,
+             outliers: bool = True) -> np.ndarray:
+    """The raw low bits of each class: from its mean code (``choose_kb``), but fewer where
+    the class mixes small codes with large ones and its codes, priced exactly, code
+    smaller with fewer (``propose_kb``, ``refine_kb``; ``estimate_bits`` chooses alike)."""
+    return _fewer_low_bits(codes, ctx, cmap, n_class, K.choose_kb(zsum, zcnt, cmap, n_class),
+                           blen, outliers)
+
+
+def _fewer_low_bits(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, n_class: int,
+                    rule: np.ndarray, blen: np.ndarray, outliers: bool) -> np.ndarray:
+    """``rule`` itself where no class takes fewer low bits, else a new array."""
+    cand, some = K.propose_kb(blen, cmap, n_class, rule)
+    if some:
+        step = _stats_step(codes.size)
+        kb = K.refine_kb(codes, ctx, cmap, rule, cand, FLAG, outliers, step, _OFFSETS[step])
+        if not np.array_equal(kb, rule):
+            return kb
+    return rule
 
 
 def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
                   outlier_bits: float, outliers: bool = True) -> float:
-    """Estimated coded size in bits (to rank candidates without coding), of the model
-    ``encode`` would choose."""
+    """Estimated coded size in bits (to rank candidates without coding), with the mean
+    rule's low bits (``K.choose_kb``): ``encode`` takes fewer only where they code
+    smaller (``low_bits``), so this is what ``encode`` codes or more. Pricing the fewer
+    here too ranked the tuning's candidates differently where its sample tiles' edges
+    make classes of small and large codes: encoding smoke at 1e-3 took 1.1x as long (a
+    finalist more) for the same file, and 6 of a break-test's 1,514 files were larger
+    (up to 1.11x; configurations ranked on a price that cannot see what zstd makes of
+    the bit stream). It did find better predictors for a detector-like uint16 stack
+    (dead and hot columns, 2% saturated pixels: 0.70x the size at abs 4, against 0.83x
+    now)."""
     cnt, zsum, zcnt, _ = _model_stats(codes, ctx, n_ctx, outliers)
-    return float(K.estimate_bits(codes, ctx, n_ctx, groups, FLAG, outliers, outlier_bits,
-                                 cnt, zsum, zcnt))
+    cmap, n_class = K.class_map(cnt, groups)
+    return float(K.estimate_bits(codes, ctx, n_ctx, cmap, n_class,
+                                 K.choose_kb(zsum, zcnt, cmap, n_class), FLAG, outliers,
+                                 outlier_bits, zcnt))
 
 
 def _model_stats(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,

@@ -45,14 +45,7 @@ def pack(meta: dict, sections: dict[str, bytes]) -> bytes:
     parts, raw = [], []
     used = max([_BASE] + [i + 1 for i, n in enumerate(SECTIONS) if sections.get(n)])
     for name in SECTIONS[:used]:
-        data = sections.get(name, b"")
-        size = 0
-        if name in _COMPRESSIBLE and len(data) >= 64 and (
-                name != "low" or len(data) <= 2 * _PROBE
-                or len(zstd(data[:_PROBE], 3)) < 0.97 * _PROBE):
-            z = zstd(data, 3)
-            if len(z) < 0.97 * len(data):
-                data, size = z, len(data)
+        data, size = _stored(name, sections.get(name, b""))
         parts.append(data)
         raw.append(size)
     meta = {**meta, "s": [len(p) for p in parts], "z": raw}
@@ -60,6 +53,23 @@ def pack(meta: dict, sections: dict[str, bytes]) -> bytes:
     if len(mb) > MAX_META:
         raise ValueError("window metadata too large")
     return _META_LEN.pack(len(mb)) + mb + b"".join(parts)
+
+
+def _stored(name: str, data: bytes) -> tuple[bytes, int]:
+    """A section as stored: (its bytes, zstd-compressed where that saves 3%; its raw
+    size then, else 0)."""
+    if name in _COMPRESSIBLE and len(data) >= 64 and (
+            name != "low" or len(data) <= 2 * _PROBE
+            or len(zstd(data[:_PROBE], 3)) < 0.97 * _PROBE):
+        z = zstd(data, 3)
+        if len(z) < 0.97 * len(data):
+            return z, len(data)
+    return data, 0
+
+
+def stored_size(name: str, data: bytes) -> int:
+    """The bytes section ``name`` takes in a payload if it holds ``data``."""
+    return len(_stored(name, data)[0])
 
 
 def peek_meta(payload: bytes) -> dict:
