@@ -36,7 +36,7 @@ from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_l
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.5.3"
+__version__ = "0.5.4"
 DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
 #                            interpolation's anchor grid (32 apart), so no frame is
 #                            extrapolated in time (windows of 32 coded two smooth fields
@@ -510,12 +510,12 @@ def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
     if quant.mode == MODE_LOG:
         sections["masks"] = _masks_bytes(x)
     streams = entropy.encode(coded.codes, coded.ctx, coded.n_ctx, coded.groups,
-                             coded.has_outliers,
-                             lambda low: payload.stored_size("low", low))
+                             coded.has_outliers, lambda low: payload.store("low", low))
     sections.update(model=streams.model, words=streams.words, low=streams.low)
     meta = {"p": name, "cfg": coded.config, "n": int(x.shape[0]),
             "o": int(coded.outliers.size), "c": window_crc(out), **coded.extra}
-    return payload.pack(meta, sections)
+    return payload.pack(meta, sections,
+                        {"low": streams.low_stored} if streams.low_stored else None)
 
 
 def _pack_shuffle(x: np.ndarray, other: bytes | None = None) -> bytes:

@@ -9,6 +9,7 @@ window checksum rejects, never anything worse.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ class Streams:
     model: bytes
     words: bytes
     low: bytes
+    low_stored: tuple[bytes, int] | None = None    # ``low`` as the payload stores it
+    #                                                (``encode``'s ``store``), if known
 
 
 STATS_CODES = 1 << 17    # the model's classes and low bits are chosen from one code in
@@ -73,48 +76,70 @@ def sample_offsets(step: int, n: int = 4096) -> np.ndarray:
 _OFFSETS = {s: sample_offsets(s, 4096 if s > 1 else 1) for s in range(1, STATS_STEP + 1)}
 
 
+REFINE_CODES = 1 << 17
+
+
+@functools.cache
+def _offsets(step: int) -> np.ndarray:
+    return _OFFSETS[step] if step in _OFFSETS else sample_offsets(step)
+
+
 def _stats_step(n: int) -> int:
     return max(1, min(STATS_STEP, n // STATS_CODES))
 
 
 def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
-           outliers: bool = True,
-           low_size: Callable[[bytes], int] | None = None) -> Streams:
+           outliers: bool = True, store: Store | None = None) -> Streams:
     """Code ``codes`` (int32 with FLAG for outliers, or int64 residuals when ``outliers``
-    is False) under contexts ``ctx`` (uint8, < n_ctx). ``low_size``: the bytes a bit
-    stream will take where it is stored (``payload.stored_size``), if not its length."""
+    is False) under contexts ``ctx`` (uint8, < n_ctx). ``store``: how the payload stores
+    a bit stream (``payload.store``: its bytes, zstd-compressed or not, and the raw size
+    if compressed, else 0); where given, the streams may come with the bit stream's
+    stored form (``Streams.low_stored``)."""
     cnt, zsum, zcnt, blen = _model_stats(codes, ctx, n_ctx, outliers)
     cmap, n_class = K.class_map(cnt, groups)
     rule = K.choose_kb(zsum, zcnt, cmap, n_class)
     kb = _fewer_low_bits(codes, ctx, cmap, n_class, rule, blen, outliers)
     sym, low, counts = _symbols(codes, ctx, cmap, kb, n_class, blen, outliers)
-    if low_size is not None and kb is not rule and _compresses(
-            low_size, codes[:_PROBE_CODES], ctx[:_PROBE_CODES], cmap, rule, n_class, blen,
-            outliers):
+    if store is not None and kb is not rule and (codes.size <= 2 * _PROBE_CODES or any(
+            store(_probe(codes[sl], ctx[sl], cmap, rule, n_class, outliers))[1]
+            for sl in (slice(0, _PROBE_CODES), slice(codes.size - _PROBE_CODES, None)))):
         # fewer low bits are priced as if raw low bits never compressed; on periodic data
         # (checkerboards) the mean rule's do where the payload is stored (zstd), and code
         # smaller: a break-test's checkerboard stacks coded 1.31x as large with the
-        # fewer. Where the mean rule's bit stream of the first codes compresses, both
-        # are coded, the smaller kept
+        # fewer. Where the mean rule's bit stream compresses (of a large window: of its
+        # first or its last codes), both are coded, the smaller kept
         rsym, rlow, rcounts = _symbols(codes, ctx, cmap, rule, n_class, blen, outliers)
-        if low_size(rlow) < len(rlow):
-            mine = _finish(cmap, kb, sym, low, counts)
-            alt = _finish(cmap, rule, rsym, rlow, rcounts)
-            return min(mine, alt, key=lambda s: (len(s.model) + len(s.words)
-                                                 + low_size(s.low)))
+        rst = store(rlow)
+        if rst[1]:
+            mine = _finish(cmap, kb, sym, low, counts, store(low))
+            alt = _finish(cmap, rule, rsym, rlow, rcounts, rst)
+            return min(mine, alt, key=_stored_bytes)
     return _finish(cmap, kb, sym, low, counts)
 
 
+Store = Callable[[bytes], tuple[bytes, int]]
 _PROBE_CODES = 1 << 16    # the codes whose bit stream tells whether the mean rule's
-#                           compresses (``encode``; the payload probes a stream's first
-#                           16 KB alike)
+#                           compresses (``encode``): the first and the last (the payload
+#                           compresses a stream up to 32 KB whole, a longer one where its
+#                           first 16 KB compress)
 
 
-def _compresses(low_size: Callable[[bytes], int], codes: np.ndarray, ctx: np.ndarray,
-                cmap: np.ndarray, kb: np.ndarray, n_class: int, blen: np.ndarray,
-                outliers: bool) -> bool:
-    low = _symbols(codes, ctx, cmap, kb, n_class, blen, outliers)[1]
-    return low_size(low) < len(low)
+def _probe(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, kb: np.ndarray,
+           n_class: int, outliers: bool) -> bytes:
+    """The first _PROBE_BYTES of the bit stream of ``codes`` (a buffer sized for the
+    whole window, as ``_symbols`` takes, cost its clearing: 3-4 ms a probe of a window of
+    2M codes)."""
+    _, low, nbytes, _ = K.symbolize(codes, ctx, FLAG, outliers, cmap, kb, n_class,
+                                    _PROBE_BYTES)
+    return low.view(np.uint8)[:min(nbytes, 8 * (low.size - 1))].tobytes()
+
+
+_PROBE_BYTES = 1 << 15
+
+
+def _stored_bytes(s: Streams) -> int:
+    assert s.low_stored is not None
+    return len(s.model) + len(s.words) + len(s.low_stored[0])
 
 
 def _symbols(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, kb: np.ndarray,
@@ -133,11 +158,11 @@ def _symbols(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, kb: np.ndarra
 
 
 def _finish(cmap: np.ndarray, kb: np.ndarray, sym: np.ndarray, low: bytes,
-            counts: np.ndarray) -> Streams:
+            counts: np.ndarray, low_stored: tuple[bytes, int] | None = None) -> Streams:
     freq = K.normalize(counts)
     words = K.rans_encode(sym, freq)
     return Streams(_pack_model(cmap, kb, freq, 2 * words.size + len(low)),
-                   words.astype("<u2").tobytes(), low)
+                   words.astype("<u2").tobytes(), low, low_stored)
 
 
 def low_bits(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, n_class: int,
@@ -155,8 +180,10 @@ def _fewer_low_bits(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, n_clas
     """``rule`` itself where no class takes fewer low bits, else a new array."""
     cand, some = K.propose_kb(blen, cmap, n_class, rule)
     if some:
-        step = _stats_step(codes.size)
-        kb = K.refine_kb(codes, ctx, cmap, rule, cand, FLAG, outliers, step, _OFFSETS[step])
+        # priced on about REFINE_CODES codes (a window of 2M codes priced on every 4th
+        # took 3.3 ms, a third of its entropy coding)
+        step = max(1, min(64, codes.size // REFINE_CODES))
+        kb = K.refine_kb(codes, ctx, cmap, rule, cand, FLAG, outliers, step, _offsets(step))
         if not np.array_equal(kb, rule):
             return kb
     return rule

@@ -41,11 +41,14 @@ class Payload:
     sections: dict[str, bytes]
 
 
-def pack(meta: dict, sections: dict[str, bytes]) -> bytes:
+def pack(meta: dict, sections: dict[str, bytes],
+         stored: dict[str, tuple[bytes, int]] | None = None) -> bytes:
+    """``stored``: sections already in their stored form (``store``), by name."""
     parts, raw = [], []
     used = max([_BASE] + [i + 1 for i, n in enumerate(SECTIONS) if sections.get(n)])
     for name in SECTIONS[:used]:
-        data, size = _stored(name, sections.get(name, b""))
+        data, size = (stored[name] if stored and name in stored
+                      else store(name, sections.get(name, b"")))
         parts.append(data)
         raw.append(size)
     meta = {**meta, "s": [len(p) for p in parts], "z": raw}
@@ -55,9 +58,9 @@ def pack(meta: dict, sections: dict[str, bytes]) -> bytes:
     return _META_LEN.pack(len(mb)) + mb + b"".join(parts)
 
 
-def _stored(name: str, data: bytes) -> tuple[bytes, int]:
-    """A section as stored: (its bytes, zstd-compressed where that saves 3%; its raw
-    size then, else 0)."""
+def store(name: str, data: bytes) -> tuple[bytes, int]:
+    """Section ``name`` holding ``data`` as a payload stores it: (its bytes,
+    zstd-compressed where that saves 3%; its raw size then, else 0)."""
     if name in _COMPRESSIBLE and len(data) >= 64 and (
             name != "low" or len(data) <= 2 * _PROBE
             or len(zstd(data[:_PROBE], 3)) < 0.97 * _PROBE):
@@ -65,11 +68,6 @@ def _stored(name: str, data: bytes) -> tuple[bytes, int]:
         if len(z) < 0.97 * len(data):
             return z, len(data)
     return data, 0
-
-
-def stored_size(name: str, data: bytes) -> int:
-    """The bytes section ``name`` takes in a payload if it holds ``data``."""
-    return len(_stored(name, data)[0])
 
 
 def peek_meta(payload: bytes) -> dict:

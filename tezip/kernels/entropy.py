@@ -182,56 +182,64 @@ def refine_kb(codes, ctx, cmap, kb, cand, outl_flag, use_flag, step, offs):
     than the longest code needs (``propose_kb``), so a sample only prices."""
     n_class = kb.size
     nk = KB_CANDS + 1
-    ks = np.full((n_class, nk), -1, np.int64)
-    on = np.zeros(n_class, np.bool_)
+    # the proposed classes' rows, compact (one class's tables of 6 x 256 counts are 12 KB)
+    row = np.full(n_class, -1, np.int64)
+    n_on = 0
     for j in range(n_class):
-        ks[j, 0] = kb[j]
-        for m in range(KB_CANDS):
-            ks[j, m + 1] = cand[j, m]
-        on[j] = cand[j, 0] >= 0
-    hist = np.zeros((n_class, nk, ALPHABET), np.int64)
-    raw = np.zeros((n_class, nk), np.int64)
+        if cand[j, 0] >= 0:
+            row[j] = n_on
+            n_on += 1
+    ks = np.full((max(n_on, 1), nk), -1, np.int64)
+    nks = np.zeros(max(n_on, 1), np.int64)
+    for j in range(n_class):
+        r = row[j]
+        if r >= 0:
+            ks[r, 0] = kb[j]
+            m = 1
+            while m <= KB_CANDS and cand[j, m - 1] >= 0:
+                ks[r, m] = cand[j, m - 1]
+                m += 1
+            nks[r] = m
+    hist = np.zeros((max(n_on, 1), nk, ALPHABET), np.int64)
+    raw = np.zeros((max(n_on, 1), nk), np.int64)
     mask = offs.size - 1
     for g4 in range(codes.size // (4 * step)):
         o4 = 4 * g4 * step + np.int64(offs[g4 & mask])
         for h in range(4):
             i = np.uint64(o4 + h * step)
-            c = cmap[ctx[i]]
-            if not on[c]:
+            r = row[cmap[ctx[i]]]
+            if r < 0:
                 continue
             k = np.int64(codes[i])
             if use_flag and k == outl_flag:
-                for m in range(nk):
-                    hist[c, m, OUT] += 1
+                for m in range(nks[r]):
+                    hist[r, m, OUT] += 1
                 continue
             z = np.uint64((k << 1) ^ (k >> 63))
-            for m in range(nk):
-                kk = ks[c, m]
-                if kk < 0:
-                    continue
+            for m in range(nks[r]):
+                kk = ks[r, m]
                 hi = z >> np.uint64(kk)
                 if hi >= ESC:
-                    hist[c, m, ESC] += 1
-                    raw[c, m] += kk + 6 + bit_length(hi - np.uint64(ESC))
+                    hist[r, m, ESC] += 1
+                    raw[r, m] += kk + 6 + bit_length(hi - np.uint64(ESC))
                 else:
-                    hist[c, m, hi] += 1
-                    raw[c, m] += kk
+                    hist[r, m, hi] += 1
+                    raw[r, m] += kk
     out = kb.copy()
     for j in range(n_class):
-        if not on[j]:
+        r = row[j]
+        if r < 0:
             continue
         best = 0
         bp = 0.0
         p0 = 0.0
-        for m in range(nk):
-            if ks[j, m] < 0:
-                continue
+        for m in range(nks[r]):
             tot = 0
             for s in range(ALPHABET):
-                tot += hist[j, m, s]
-            p = np.float64(raw[j, m])
+                tot += hist[r, m, s]
+            p = np.float64(raw[r, m])
             for s in range(ALPHABET):
-                n = hist[j, m, s]
+                n = hist[r, m, s]
                 if n > 0:
                     p += 10.0 - n * math.log2(n / tot)
             if m == 0:
@@ -241,7 +249,7 @@ def refine_kb(codes, ctx, cmap, kb, cand, outl_flag, use_flag, step, offs):
                 best = m
                 bp = p
         if best > 0 and bp < (1.0 - KB_SWITCH) * p0:
-            out[j] = ks[j, best]
+            out[j] = ks[r, best]
     return out
 
 
