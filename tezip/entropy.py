@@ -76,7 +76,7 @@ def sample_offsets(step: int, n: int = 4096) -> np.ndarray:
 _OFFSETS = {s: sample_offsets(s, 4096 if s > 1 else 1) for s in range(1, STATS_STEP + 1)}
 
 
-REFINE_CODES = 1 << 17
+REFINE_CODES = 1 << 16
 
 
 @functools.cache
@@ -98,7 +98,7 @@ def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
     cnt, zsum, zcnt, blen = _model_stats(codes, ctx, n_ctx, outliers)
     cmap, n_class = K.class_map(cnt, groups)
     rule = K.choose_kb(zsum, zcnt, cmap, n_class)
-    kb = _fewer_low_bits(codes, ctx, cmap, n_class, rule, blen, outliers)
+    kb = _fewer_low_bits(codes, ctx, cmap, n_class, rule, blen, outliers, zsum, zcnt)
     sym, low, counts = _symbols(codes, ctx, cmap, kb, n_class, blen, outliers)
     if store is not None and kb is not rule and (codes.size <= 2 * _PROBE_CODES or any(
             store(_probe(codes[sl], ctx[sl], cmap, rule, n_class, outliers))[1]
@@ -172,21 +172,38 @@ def low_bits(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, n_class: int,
     the class mixes small codes with large ones and its codes, priced exactly, code
     smaller with fewer (``propose_kb``, ``refine_kb``; ``estimate_bits`` chooses alike)."""
     return _fewer_low_bits(codes, ctx, cmap, n_class, K.choose_kb(zsum, zcnt, cmap, n_class),
-                           blen, outliers)
+                           blen, outliers, zsum, zcnt)
 
 
 def _fewer_low_bits(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, n_class: int,
-                    rule: np.ndarray, blen: np.ndarray, outliers: bool) -> np.ndarray:
-    """``rule`` itself where no class takes fewer low bits, else a new array."""
+                    rule: np.ndarray, blen: np.ndarray, outliers: bool, zsum: np.ndarray,
+                    zcnt: np.ndarray) -> np.ndarray:
+    """``rule`` itself where no class takes fewer low bits, or where they save under
+    MIN_SAVING of the window's bits (roughly: ``_rough_bits``), else a new array. On
+    the shared stacks at 1e-4, classes switched for 0.05-0.35% of a window, and the
+    probes and both codings that a switch brings (``encode``) made encoding iris and
+    smoke 1.10-1.12x as slow (with MIN_SAVING and REFINE_CODES: 1.01-1.02x)."""
     cand, some = K.propose_kb(blen, cmap, n_class, rule)
     if some:
         # priced on about REFINE_CODES codes (a window of 2M codes priced on every 4th
-        # took 3.3 ms, a third of its entropy coding)
+        # took 3.3 ms, a third of its entropy coding; a smoke window's 540K on every
+        # 4th 0.2 ms, 1.5% of encoding smoke)
         step = max(1, min(64, codes.size // REFINE_CODES))
-        kb = K.refine_kb(codes, ctx, cmap, rule, cand, FLAG, outliers, step, _offsets(step))
-        if not np.array_equal(kb, rule):
+        kb, saved = K.refine_kb(codes, ctx, cmap, rule, cand, FLAG, outliers, step,
+                                _offsets(step))
+        if saved * step >= MIN_SAVING * _rough_bits(zsum, zcnt):
             return kb
     return rule
+
+
+MIN_SAVING = 0.01
+
+
+def _rough_bits(zsum: np.ndarray, zcnt: np.ndarray) -> float:
+    """A window's bits, roughly: each code log2 of its context's mean zigzag code + 1,
+    plus 1."""
+    n = np.maximum(zcnt, 1.0)
+    return float(np.sum(zcnt * (np.log2(zsum / n + 1.0) + 1.0)))
 
 
 def estimate_bits(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,

@@ -179,7 +179,8 @@ def refine_kb(codes, ctx, cmap, kb, cand, outl_flag, use_flag, step, offs):
     raw low and escaped bits, and 10 bits a used symbol for the table. One pass over the
     codes of the proposed classes, or over the sample ``ctx_stats_narrow`` takes
     (``step``, ``offs``; step 1: every code): the proposal's low bits are never fewer
-    than the longest code needs (``propose_kb``), so a sample only prices."""
+    than the longest code needs (``propose_kb``), so a sample only prices. Returns (the
+    low bits, the bits they save on the codes priced)."""
     n_class = kb.size
     nk = KB_CANDS + 1
     # the proposed classes' rows, compact (one class's tables of 6 x 256 counts are 12 KB)
@@ -226,6 +227,7 @@ def refine_kb(codes, ctx, cmap, kb, cand, outl_flag, use_flag, step, offs):
                     hist[r, m, hi] += 1
                     raw[r, m] += kk
     out = kb.copy()
+    saved = 0.0
     for j in range(n_class):
         r = row[j]
         if r < 0:
@@ -250,7 +252,8 @@ def refine_kb(codes, ctx, cmap, kb, cand, outl_flag, use_flag, step, offs):
                 bp = p
         if best > 0 and bp < (1.0 - KB_SWITCH) * p0:
             out[j] = ks[r, best]
-    return out
+            saved += p0 - bp
+    return out, saved
 
 
 @jit
