@@ -76,7 +76,7 @@ def sample_offsets(step: int, n: int = 4096) -> np.ndarray:
 _OFFSETS = {s: sample_offsets(s, 4096 if s > 1 else 1) for s in range(1, STATS_STEP + 1)}
 
 
-REFINE_CODES = 1 << 16
+REFINE_CODES = 1 << 16    # about as many codes as fewer low bits are priced on (``refine_kb``)
 
 
 @functools.cache
@@ -189,7 +189,8 @@ def low_bits(codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray, n_class: int,
              outliers: bool = True) -> np.ndarray:
     """The raw low bits of each class: from its mean code (``choose_kb``), but fewer where
     the class mixes small codes with large ones and its codes, priced exactly, code
-    smaller with fewer (``propose_kb``, ``refine_kb``; ``estimate_bits`` chooses alike)."""
+    smaller with fewer (``propose_kb``, ``refine_kb``; ``estimate_bits`` prices the mean
+    rule's)."""
     return _fewer_low_bits(codes, ctx, cmap, n_class, K.choose_kb(zsum, zcnt, cmap, n_class),
                            blen, outliers)
 
