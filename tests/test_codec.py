@@ -331,9 +331,9 @@ def test_a_large_low_bit_stream_is_compressed_when_its_start_compresses(start):
     from tezip import payload
 
     rng = np.random.default_rng(7)
-    noise = rng.integers(0, 256, 3 * payload._PROBE, dtype=np.uint8).tobytes()
-    head = noise[:payload._PROBE] if start == "random" else bytes(payload._PROBE)
-    low = head + bytes(2 * payload._PROBE)      # compressible as a whole either way
+    noise = rng.integers(0, 256, 3 * payload.PROBE_BYTES, dtype=np.uint8).tobytes()
+    head = noise[:payload.PROBE_BYTES] if start == "random" else bytes(payload.PROBE_BYTES)
+    low = head + bytes(2 * payload.PROBE_BYTES)      # compressible as a whole either way
     packed = payload.pack({"p": "x"}, {"model": b"m", "words": b"w" * 8, "low": low})
     meta = payload.peek_meta(packed)
     # a start like the near-uniform low bits: stored as is, without compressing the rest

@@ -20,6 +20,7 @@ from .errors import CorruptFileError
 from .kernels import entropy as K
 from .kernels.consts import ALPHABET, FLAG, RANS_L
 from .kernels.core import words64
+from .payload import PROBE_BYTES
 from .zstd_util import unzstd_at_most, zstd
 
 _MODEL_HEAD = struct.Struct("<HB")
@@ -119,8 +120,9 @@ def encode(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray,
 Store = Callable[[bytes], tuple[bytes, int]]
 _PROBE_CODES = 1 << 16    # a large window's first codes, coded with the mean rule's low
 #                           bits to ask whether its bit stream would be stored compressed
-_PROBE_BYTES = 1 << 14    # the payload compresses a stream up to 2 x this whole, a longer
-#                           one where its first _PROBE_BYTES compress (``payload.store``)
+_PROBE_BYTES = PROBE_BYTES    # the payload compresses a stream up to 2 x this whole, a
+#                               longer one where its first _PROBE_BYTES compress
+#                               (``payload.store``)
 
 
 def _may_compress(store: Store, codes: np.ndarray, ctx: np.ndarray, cmap: np.ndarray,

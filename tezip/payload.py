@@ -27,10 +27,10 @@ from .zstd_util import unzstd_exact, zstd
 SECTIONS = ("model", "words", "low", "outliers", "masks", "planes")
 _BASE = 5                 # sections every payload lists; the later ones only when used
 _COMPRESSIBLE = {"low", "outliers", "masks"}
-_PROBE = 1 << 14          # the raw low bits are near uniform by design: a larger stream is
-#                           compressed only if its first _PROBE bytes compress (on the
-#                           shared stacks no stream above 4 KB ever shrank, and trying cost
-#                           up to 0.8 ms a window)
+PROBE_BYTES = 1 << 14     # the raw low bits are near uniform by design: a stream of over
+#                           2 x this is compressed only if its first PROBE_BYTES compress (on
+#                           the shared stacks no stream above 4 KB ever shrank, and trying
+#                           cost up to 0.8 ms a window; ``entropy`` asks the same question)
 _META_LEN = struct.Struct("<I")
 MAX_META = 1 << 16
 
@@ -62,8 +62,8 @@ def store(name: str, data: bytes) -> tuple[bytes, int]:
     """Section ``name`` holding ``data`` as a payload stores it: (its bytes,
     zstd-compressed where that saves 3%; its raw size then, else 0)."""
     if name in _COMPRESSIBLE and len(data) >= 64 and (
-            name != "low" or len(data) <= 2 * _PROBE
-            or len(zstd(data[:_PROBE], 3)) < 0.97 * _PROBE):
+            name != "low" or len(data) <= 2 * PROBE_BYTES
+            or len(zstd(data[:PROBE_BYTES], 3)) < 0.97 * PROBE_BYTES):
         z = zstd(data, 3)
         if len(z) < 0.97 * len(data):
             return z, len(data)
