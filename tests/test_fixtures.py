@@ -66,3 +66,13 @@ def test_the_v5_fixtures_hold_edge_extrapolation():
     seen = {kind for meta, kind in _windows("v5")
             if meta["p"] == "interp" and meta["cfg"].get("edge")}
     assert {"float", "int"} <= seen
+
+
+def test_the_v6_fixtures_hold_run_coding():
+    """v6 added the Lorenzo predictors' run coding: its fixtures hold 2-D and 3-D windows
+    with it, float and integer, one with a second stage."""
+    seen = [(meta["p"], kind, "w" in meta["cfg"]) for meta, kind in _windows("v6")
+            if meta["cfg"].get("r") == 1]
+    assert {"lorenzo", "spatial"} <= {p for p, _, _ in seen}
+    assert {"float", "int"} <= {k for _, k, _ in seen}
+    assert any(w for _, _, w in seen)

@@ -110,7 +110,9 @@ def test_every_window_codes_with_the_tunings_best(many_finalists, monkeypatch):
     assert len(t.finalists) == codec.N_FINALISTS
     with tezip.open(blob) as f:
         used = [f.window_meta(i) for i in range(f.n_windows)]
-    assert [(u["p"], u["cfg"]) for u in used] == [t.finalists[0]] * 3
+    # (less the run coding a window may add to its record, format v6)
+    assert [(u["p"], {k: v for k, v in u["cfg"].items() if k != "r"})
+            for u in used] == [t.finalists[0]] * 3
 
 
 def test_finalists_differ_in_more_than_the_level_wise_bounds(many_finalists, monkeypatch):

@@ -36,7 +36,7 @@ from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_l
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.5.4"
+__version__ = "0.6.0"
 DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
 #                            interpolation's anchor grid (32 apart), so no frame is
 #                            extrapolated in time (windows of 32 coded two smooth fields
@@ -227,8 +227,9 @@ def _sgn_from_masks(raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
 def _estimate(coded: predictors.Coded, itemsize: int) -> float:
     from . import entropy
 
-    return entropy.estimate_bits(coded.codes, coded.ctx, coded.n_ctx, coded.groups,
-                                 8.0 * itemsize, coded.has_outliers)
+    codes, ctx, n_ctx, groups, _ = coded.entropy_input()
+    return entropy.estimate_bits(codes, ctx, n_ctx, groups, 8.0 * itemsize,
+                                 coded.has_outliers)
 
 
 N_FINALISTS = 3
@@ -509,10 +510,11 @@ def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
             x.dtype.newbyteorder("<")).tobytes()
     if quant.mode == MODE_LOG:
         sections["masks"] = _masks_bytes(x)
-    streams = entropy.encode(coded.codes, coded.ctx, coded.n_ctx, coded.groups,
-                             coded.has_outliers, lambda low: payload.store("low", low))
+    codes, ctx, n_ctx, groups, keys = coded.entropy_input()
+    streams = entropy.encode(codes, ctx, n_ctx, groups, coded.has_outliers,
+                             lambda low: payload.store("low", low))
     sections.update(model=streams.model, words=streams.words, low=streams.low)
-    meta = {"p": name, "cfg": coded.config, "n": int(x.shape[0]),
+    meta = {"p": name, "cfg": {**coded.config, **keys}, "n": int(x.shape[0]),
             "o": int(coded.outliers.size), "c": window_crc(out), **coded.extra}
     return payload.pack(meta, sections,
                         {"low": streams.low_stored} if streams.low_stored else None)
@@ -603,9 +605,9 @@ def _decode_window(data: bytes, qp: QuantParams, frame_shape: tuple[int, ...],
         raise CorruptFileError("unexpected planes section")
     quant = quantizer(qp)
     # the bit-exact decoders bound every read: their streams need no padding
-    run_pad = 0 if qp.kind == "bits" else min(shape[2], RUN_CHUNK)
+    run_pad = 0 if qp.kind == "bits" else min(shape[2], RUN_CHUNK) * pred.reads(cfg)
     tables = entropy.tables(entropy.Streams(p.sections["model"], p.sections["words"],
-                                            p.sections["low"]), pred.n_ctx, run_pad)
+                                            p.sections["low"]), pred.contexts(cfg), run_pad)
     if qp.kind == "bits":
         if n_out or p.sections["outliers"] or p.sections["masks"]:
             raise CorruptFileError("unexpected sections in a bit-exact window")

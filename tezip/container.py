@@ -39,7 +39,7 @@ from .checksum import crc32
 from .errors import CorruptFileError, FormatVersionError, InputError, OptionError, OutputError
 
 MAGIC = b"\x89TEZ\r\n\x1a\n"
-FORMAT_VERSION = 5          # v1 files are read by tezip.legacy.v1; v2 to v4 by this reader
+FORMAT_VERSION = 6          # v1 files are read by tezip.legacy.v1; v2 to v5 by this reader
 #                             (v4: the Lorenzo predictors' second stage, {"pq": 1, "w": [...]};
 #                             v5: interp's linear extrapolation at edges, {"edge": 1..3})
 _PRE = struct.Struct("<8sHI")

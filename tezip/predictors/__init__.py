@@ -48,6 +48,17 @@ class Coded:
     groups: np.ndarray
     has_outliers: bool = True
     extra: dict = field(default_factory=dict)   # e.g. a learned forecast's checksum
+    # what the entropy coder codes instead of (codes, ctx, n_ctx, groups), and the
+    # configuration keys the decoder then needs besides ``config`` (the Lorenzo
+    # predictors' run coding, format v6); None: the codes themselves
+    symbols: tuple[np.ndarray, np.ndarray, int, np.ndarray, dict] | None = None
+
+    def entropy_input(self) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, dict]:
+        """(codes, contexts, number of contexts, groups, configuration keys to add)
+        for the entropy coder."""
+        if self.symbols is not None:
+            return self.symbols
+        return self.codes, self.ctx, self.n_ctx, self.groups, {}
 
 
 class ValuePredictor(ABC):
@@ -64,6 +75,15 @@ class ValuePredictor(ABC):
     @abstractmethod
     def configs(self, x: np.ndarray, quant: Quantizer) -> list[dict]:
         """Candidate configurations for this window, most likely first."""
+
+    def contexts(self, config: dict) -> int:
+        """The number of entropy contexts a window of (validated) ``config`` codes."""
+        return self.n_ctx
+
+    def reads(self, config: dict) -> int:
+        """The most symbols the decoder reads for one point (its streams are padded
+        for that many a point)."""
+        return 1
 
     def variant(self, config: dict) -> dict:
         """``config`` without its ``sample_ranked`` settings."""
@@ -137,6 +157,12 @@ class GridPredictor(ABC):
 
     @abstractmethod
     def configs(self, q: np.ndarray) -> list[dict]: ...
+
+    def contexts(self, config: dict) -> int:
+        return self.n_ctx
+
+    def reads(self, config: dict) -> int:
+        return 1
 
     @abstractmethod
     def validate(self, config: Any, shape: tuple[int, ...]) -> dict: ...

@@ -1,0 +1,251 @@
+"""Run coding of the prequantized Lorenzo predictors (format v6, ``kernels.lorenzo.
+runs_apply``): the symbols are those of the documented rule, written out in Python here;
+a run-coded window decodes to exactly what the same window decodes to without runs,
+within its bound, whatever its shape, dtype, outliers or second stage; a damaged one is
+refused or decodes unchanged, never crashes; configurations are checked."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+from exact import check_bound
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tezip
+from tezip.errors import CorruptFileError, TezipError
+from tezip.kernels import lorenzo as KL
+from tezip.kernels.consts import NB
+from tezip.predictors import classical, get
+
+
+def _reference(codes: np.ndarray, ctx: np.ndarray, w: int) -> tuple[list[int], list[int]]:
+    """The documented rule, point by point: a point of activity 0 (bucket 0) whose left
+    neighbour's code is 0, or that starts a row, starts a run: the stretch of points of
+    activity 0 from it, L long, its first r codes 0, is coded as L - r (as the code whose
+    zigzag is L - r, in RUN_ROW at a row's start, else RUN_MID), followed, where r < L,
+    by the code after them, in RUN_END."""
+    out_c: list[int] = []
+    out_x: list[int] = []
+    for r0 in range(0, codes.size, w):
+        x = 0
+        while x < w:
+            i = r0 + x
+            if ctx[i] % NB == 0 and (x == 0 or codes[i - 1] == 0):
+                stretch = 1
+                while x + stretch < w and ctx[i + stretch] % NB == 0:
+                    stretch += 1
+                j = x
+                while j < x + stretch and codes[r0 + j] == 0:
+                    j += 1
+                s = stretch - (j - x)
+                out_c.append((s >> 1) ^ -(s & 1))
+                out_x.append(KL.RUN_ROW if x == 0 else KL.RUN_MID)
+                if j < x + stretch:
+                    out_c.append(int(codes[r0 + j]))
+                    out_x.append(KL.RUN_END)
+                    j += 1
+                x = j
+            else:
+                out_c.append(int(codes[i]))
+                out_x.append(int(ctx[i]))
+                x += 1
+    return out_c, out_x
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 12), st.floats(0.0, 1.0), st.floats(0.0, 1.0),
+       st.integers(0, 2**31 - 1))
+def test_runs_apply_is_the_documented_rule(rows, w, p_zero, p_low, seed):
+    rng = np.random.default_rng(seed)
+    n = rows * w
+    codes = np.where(rng.random(n) < p_zero, 0, rng.integers(-5, 6, n)).astype(np.int32)
+    codes[rng.random(n) < 0.05] = -(2**31)      # FLAG, an outlier: not 0
+    ctx = np.where(rng.random(n) < p_low, rng.integers(0, 2, n) * NB,
+                   rng.integers(0, 2 * NB, n)).astype(np.uint8)
+    want_c, want_x = _reference(codes, ctx, w)
+    oc, ox, m = KL.runs_apply(codes, ctx, w, 10 * n + 10)
+    assert m == len(want_c)
+    assert oc[:m].tolist() == want_c and ox[:m].tolist() == want_x
+    # the worst case fits the kernel's buffer: at most 1.5 symbols a point and 2 a row
+    assert m <= n + n // 2 + 2 * rows
+    # past the limit: -1
+    if m > 0:
+        assert KL.runs_apply(codes, ctx, w, m - 1)[2] == -1
+    assert KL.runs_apply(codes, ctx, w, m)[2] == m
+
+
+def test_runs_apply_refuses_codes_that_are_not_whole_rows():
+    codes = np.zeros(10, np.int32)
+    ctx = np.zeros(10, np.uint8)
+    assert KL.runs_apply(codes, ctx, 3, 100)[2] == -1
+    assert KL.runs_apply(codes, ctx, 0, 100)[2] == -1
+    assert KL.runs_apply(codes, ctx, 5, 100)[2] == 2      # two rows, one run each
+
+
+def _plume(t: int, h: int, w: int, seed: int = 1, channels: int = 0) -> np.ndarray:
+    """Smooth values over a third of the frame, exact zeros elsewhere: runs pay."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:h, :w]
+    frames = []
+    for i in range(t):
+        r = np.hypot(yy - h / 2 - i, xx - w / 3)
+        v = np.where(r < min(h, w) / 3, np.cos(r / 4) * 50 + 60 + rng.normal(0, 0.3, r.shape),
+                     0.0)
+        frames.append(v)
+    x = np.stack(frames)
+    if channels:
+        x = np.stack([x * (c + 1) for c in range(channels)], axis=-1)
+    return x
+
+
+def _cfgs(blob: bytes) -> list[dict]:
+    with tezip.open(blob) as f:
+        return [f.window_meta(i)["cfg"] for i in range(f.n_windows)]
+
+
+def _without_runs(monkeypatch, x, **kw) -> bytes:
+    with monkeypatch.context() as m:
+        m.setattr(classical, "RUN_SHARE", 0.0)
+        return tezip.compress(x, **kw)
+
+
+CASES = [
+    ("lorenzo", "float32", "abs", 0.05, {}),
+    ("spatial", "float32", "rel", 1e-3, {}),
+    ("lorenzo", "float64", "abs", 1e-6, {}),
+    ("spatial", "uint16", "abs", 2, {}),
+    ("lorenzo", "int32", "abs", 0.5, {}),
+    ("lorenzo", "uint16", "absrel", 1, {"rel_bound": 1e-2}),
+    ("spatial", "float32", "abs", 0.05, {"channels": 3}),
+]
+
+
+@pytest.mark.parametrize("pred,dtype,mode,bound,extra", CASES)
+def test_run_coded_windows_decode_as_without_runs(monkeypatch, pred, dtype, mode, bound,
+                                                  extra):
+    x = _plume(12, 48, 64, channels=extra.get("channels", 0))
+    x = np.round(x * 3).astype(dtype) if np.dtype(dtype).kind in "iu" else x.astype(dtype)
+    kw = {"mode": mode, "bound": bound, "predictor": pred, "window": 6,
+          **({"rel_bound": extra["rel_bound"]} if "rel_bound" in extra else {})}
+    blob = tezip.compress(x, **kw)
+    assert all(c.get("r") == 1 for c in _cfgs(blob))
+    plain = _without_runs(monkeypatch, x, **kw)
+    assert not any("r" in c for c in _cfgs(plain))
+    y = tezip.decompress(blob)
+    assert y.dtype == x.dtype and np.array_equal(y, tezip.decompress(plain), equal_nan=True)
+    check_bound(x, y, mode, bound, extra.get("rel_bound"))
+    # the run coding codes about as small
+    assert len(blob) <= 1.03 * len(plain)
+
+
+def test_runs_with_a_second_stage_and_outliers_in_the_zeros(monkeypatch):
+    """Smooth, slowly evolving values (a second stage pays) beside exact zeros, with
+    NaN, Inf and huge values inside the zeros: outliers end runs."""
+    t, h, w = 12, 30, 48
+    yy, xx = np.mgrid[:h, :w]
+    x = np.stack([np.sin(0.21 * xx + 0.13 * i) * np.cos(0.17 * yy - 0.05 * i) * 400
+                  for i in range(t)])
+    x[:, :, w // 2:] = 0.0
+    x = x.astype(np.float32)
+    x[3, 5, 40], x[4, 0, 30], x[5, 29, 47], x[6, 7, 24] = np.nan, np.inf, -np.inf, 3e30
+    kw = {"mode": "abs", "bound": 1e-2, "window": 12}
+    for pred in ("lorenzo", "spatial"):
+        blob = tezip.compress(x, predictor=pred, **kw)
+        cfgs = _cfgs(blob)
+        assert cfgs[0].get("r") == 1 and "w" in cfgs[0], cfgs
+        y = tezip.decompress(blob)
+        check_bound(x, y, "abs", 1e-2)
+        assert np.array_equal(y, tezip.decompress(_without_runs(monkeypatch, x, predictor=pred,
+                                                                **kw)), equal_nan=True)
+
+
+@pytest.mark.parametrize("w", [1, 2, 4097, 9000])
+def test_runs_in_narrow_and_wide_rows(monkeypatch, w):
+    """One-point rows (every point starts a row), and rows wider than the decoder's
+    chunk of RUN_CHUNK points (runs that cross a chunk's start)."""
+    rng = np.random.default_rng(w)
+    h = max(1, 18000 // w)
+    x = np.zeros((4, h, w), np.float32)
+    if w >= 7:
+        x[:, :, : w // 7] = rng.normal(0, 1, (4, h, w // 7))
+    else:
+        x[:, : h // 7] = rng.normal(0, 1, (4, h // 7, w))
+    x[:, :, w // 2: w // 2 + 3] = 5.0
+    x[1, 0, w - 1] = 7.0
+    x[2, h // 2, (w - 1) // 3] = 3.0
+    kw = {"mode": "abs", "bound": 1e-3, "predictor": "spatial"}
+    # one-point rows: a run is a symbol a point, no fewer than without runs (forced here)
+    with mock.patch.object(classical, "RUN_SHARE", 2.0 if w == 1 else classical.RUN_SHARE):
+        blob = tezip.compress(x, **kw)
+    assert _cfgs(blob)[0].get("r") == 1
+    y = tezip.decompress(blob)
+    check_bound(x, y, "abs", 1e-3)
+    assert np.array_equal(y, tezip.decompress(_without_runs(monkeypatch, x, **kw)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 9), st.integers(1, 23), st.floats(0.5, 0.99),
+       st.sampled_from(["lorenzo", "spatial"]), st.integers(0, 2**31 - 1))
+def test_sparse_integer_stacks_round_trip_exactly(t, h, w, p_zero, pred, seed):
+    """Integers whose Lorenzo codes are mostly 0 (sums of sparse steps), coded exactly
+    (abs 0.5, exact for integers): bit for bit back, runs or not."""
+    rng = np.random.default_rng(seed)
+    steps = np.where(rng.random((t, h, w)) < p_zero, 0, rng.integers(-40, 41, (t, h, w)))
+    x = np.cumsum(np.cumsum(steps, axis=1), axis=2).astype(np.int32)
+    with mock.patch.object(classical, "RUN_MIN", 0):    # runs in windows this small too
+        blob = tezip.compress(x, mode="abs", bound=0.5, predictor=pred)
+    assert np.array_equal(x, tezip.decompress(blob))
+
+
+def test_damaged_run_coded_files_are_refused_or_decode_unchanged():
+    x = _plume(4, 64, 64).astype(np.float32)
+    blob = tezip.compress(x, mode="abs", bound=0.01, predictor="spatial")
+    assert _cfgs(blob)[0].get("r") == 1
+    good = tezip.decompress(blob)
+    rng = np.random.default_rng(5)
+    refused = 0
+    for _ in range(300):
+        b = bytearray(blob)
+        for pos in rng.integers(0, len(b), rng.integers(1, 4)):
+            b[pos] ^= 1 << int(rng.integers(0, 8))
+        try:
+            y = tezip.decompress(bytes(b))
+        except TezipError:
+            refused += 1
+            continue
+        assert np.array_equal(y, good)
+    assert refused > 250
+
+
+@pytest.mark.parametrize("cfg,want", [({"pq": 1, "r": 1}, {"pq": 1, "r": 1}),
+                                      ({"pq": 1, "w": [1, 0, 0, 0, 0, 0, 2], "r": 1},
+                                       {"pq": 1, "w": [1, 0, 0, 0, 0, 0, 2], "r": 1})])
+def test_run_configurations_are_accepted(cfg, want):
+    for name in ("lorenzo", "spatial"):
+        got = get(name).validate(cfg, (4, 5, 6))
+        assert got == want
+        assert get(name).contexts(got) == KL.N_CTX_RUNS and get(name).reads(got) == 2
+    assert get("lorenzo").contexts({"pq": 1}) == KL.N_CTX
+
+
+@pytest.mark.parametrize("cfg", [{"r": 1}, {"pq": 1, "r": 0}, {"pq": 1, "r": 2},
+                                 {"pq": 1, "r": True}, {"pq": 1, "r": 1.0},
+                                 {"pq": 1, "r": "1"}, {"pq": 1, "r": 1, "x": 0},
+                                 {"r": 1, "w": [1, 0, 0, 0, 0, 0, 0]}])
+def test_bad_run_configurations_are_refused(cfg):
+    with pytest.raises(CorruptFileError):
+        get("lorenzo").validate(cfg, (4, 5, 6))
+
+
+def test_no_runs_in_the_log_domain_nor_where_they_do_not_pay():
+    """pwrel codes no value for its zeros, so its codes are not whole rows: never run
+    coded; nor is a noisy stack, whose codes are rarely 0."""
+    x = _plume(6, 60, 64).astype(np.float32)
+    assert not any("r" in c for c in _cfgs(tezip.compress(x, mode="pwrel", bound=1e-3,
+                                                          predictor="lorenzo")))
+    noise = np.random.default_rng(0).normal(0, 100, (6, 60, 64)).astype(np.float32)
+    assert not any("r" in c for c in _cfgs(tezip.compress(noise, mode="abs", bound=0.01,
+                                                          predictor="lorenzo")))
