@@ -582,7 +582,6 @@ def test_frames_wider_than_a_chunk_decode_with_a_chunk_of_padding(predictor, mon
     decoders bound every read, are not padded."""
     import tezip
     from tezip.kernels.consts import RUN_CHUNK
-
     from tezip.kernels.lorenzo import N_CTX_RUNS
 
     pads = []
