@@ -35,6 +35,11 @@ _CACHE: dict[str, Any] = {}
 _LOCK = threading.Lock()
 
 
+# what the entropy coder codes: codes, contexts, number of contexts, groups, and the
+# configuration keys the decoder needs besides the predictor's configuration
+Symbols = tuple[np.ndarray, np.ndarray, int, np.ndarray, dict]
+
+
 @dataclass
 class Coded:
     """One window (or sample) coded by a predictor."""
@@ -48,16 +53,20 @@ class Coded:
     groups: np.ndarray
     has_outliers: bool = True
     extra: dict = field(default_factory=dict)   # e.g. a learned forecast's checksum
-    # what the entropy coder codes instead of (codes, ctx, n_ctx, groups), and the
-    # configuration keys the decoder then needs besides ``config`` (the Lorenzo
-    # predictors' run coding, format v6); None: the codes themselves
-    symbols: tuple[np.ndarray, np.ndarray, int, np.ndarray, dict] | None = None
+    # another coding of the codes the window may be written with, made on demand: what
+    # the entropy coder then codes instead of (codes, ctx, n_ctx, groups), and the
+    # configuration keys the decoder needs besides ``config`` (the Lorenzo predictors'
+    # run coding, format v6), or None where it does not pay
+    recode: Callable[[], Symbols | None] | None = None
 
-    def entropy_input(self) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, dict]:
-        """(codes, contexts, number of contexts, groups, configuration keys to add)
-        for the entropy coder."""
-        if self.symbols is not None:
-            return self.symbols
+    def entropy_input(self, write: bool = False) -> Symbols:
+        """(codes, contexts, number of contexts, groups, configuration keys to add) for
+        the entropy coder: to write the window (``write``), its ``recode`` where that
+        pays; to estimate its size (the tuning), the codes themselves."""
+        if write and self.recode is not None:
+            alt = self.recode()
+            if alt is not None:
+                return alt
         return self.codes, self.ctx, self.n_ctx, self.groups, {}
 
 

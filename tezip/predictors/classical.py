@@ -337,15 +337,20 @@ class Lorenzo3D(_Kernel):
 
 def _with_runs(coded: Coded, width: int, quant: Quantizer) -> Coded:
     """``coded`` (a prequantized Lorenzo coding of frames ``width`` wide) with its run
-    coding as what the entropy coder codes, where that leaves at most ``RUN_SHARE`` of
-    the codes to decode. Not in the log domain: its zeros have no code, so the codes are
-    not whole rows."""
+    coding as the coding to write it with (``Coded.recode``), where that leaves at most
+    ``RUN_SHARE`` of the codes to decode. Not in the log domain: its zeros have no code,
+    so the codes are not whole rows."""
     n = coded.codes.size
     if quant.mode == MODE_LOG or not coded.config.get("pq") or n < RUN_MIN:
         return coded
-    codes, ctx, m = KL.runs_apply(coded.codes, coded.ctx, width, int(RUN_SHARE * n))
-    if m >= 0:
-        coded.symbols = (codes[:m], ctx[:m], KL.N_CTX_RUNS, KL.GROUPS_RUNS, {"r": 1})
+
+    def runs() -> tuple | None:
+        codes, ctx, m = KL.runs_apply(coded.codes, coded.ctx, width, int(RUN_SHARE * n))
+        if m < 0:
+            return None
+        return codes[:m], ctx[:m], KL.N_CTX_RUNS, KL.GROUPS_RUNS, {"r": 1}
+
+    coded.recode = runs
     return coded
 
 
