@@ -576,7 +576,7 @@ def _run_length(e, x0, x1, wp, bpos, lut, fc, words, lw):
 
 
 @inline
-def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three, two, wt, runs, ren):
+def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three, two, wt):
     """Decode the volume, row by row (``three``: a constant at each call site, as in
     ``_pq_pred``). The rows are a loop here, not calls of a row helper: every array an
     inlined helper unpacks costs two atomic reference-count updates per call, 24 per
@@ -587,7 +587,110 @@ def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three, two, wt, runs, ren
     x0, x1, wp, bpos, op = state
     nov = outv.size
     Wp = W + 2
-    per = 2 if runs else 1      # symbols a point reads at most (``runs_apply``)
+    for t in range(T):
+        go, fb, dp = _ring(t, H, W, three)
+        fv, dv = _vring(t, H, W)
+        for y in range(H):
+            row = (t * H + y) * W
+            j0 = fb + y * Wp
+            jv0 = fv + y * Wp
+            ra = np.int64(0)
+            nb = _pq_row_start(rg, j0, Wp)
+            if two:
+                _pq_corr_row(rv, pcf, jv0, dv, Wp, W, wt)
+            # the row's predictions but for the value to the left, and its context
+            # entries, first, in a loop of their own (they read the rows before only),
+            # interleaved in one buffer: the loop that decodes holds fewer values
+            # (``benchmarks/results/kernel_ab.md``)
+            for xx in range(W):
+                q, s, nb = _pq_pred(rg, j0 + xx, dp, np.int64(0), Wp, nb, three)
+                if two:     # the second stage's correction
+                    c = np.int64(pcf[np.uint64(xx)])
+                    pc[np.uint64(xx)] = c
+                    q += c
+                pq[np.uint64(2 * xx)] = q
+                pq[np.uint64(2 * xx + 1)] = np.int64(dtab[np.uint64(go + s)])
+            # a while loop, not ``for xx in range(W)``: numba's range keeps a count of
+            # its own beside xx, one register more, and the rANS states were then
+            # swapped through the stack (``kernel_ab.py``: smoke's 2-D decoding at 1e-3
+            # 1.03x in three runs, ks_pypde's 3-D one with a second stage 0.98-1.00x)
+            xx = -1
+            while xx < W - 1:
+                xx += 1
+                if (xx & (RUN_CHUNK - 1)) == 0:    # chunks of RUN_CHUNK points (a loop over
+                    #                                chunks measured 5-8% slower than this test)
+                    wp, bpos = run_start(wp, bpos, words.size, lw.size, min(RUN_CHUNK, W - xx))
+                i = row + xx
+                ui = np.uint64(i)
+                uj = np.uint64(j0 + xx)
+                p = ra + pq[np.uint64(2 * xx)]
+                uv = np.uint64(jv0 + xx)
+                sg = 1.0
+                if mode == MODE_LOG:
+                    sv = sf[ui]
+                    if sv == 2 or sv == -2:
+                        of[ui] = 0.0 if sv > 0 else -0.0
+                        rg[uj] = p << 8
+                        ra = p
+                        if two:     # the residual v = g - (p - correction)
+                            rv[uv] = _vstore(pc[np.uint64(xx)])
+                        continue
+                    sg = 1.0 if sv > 0 else -1.0
+                e = pq[np.uint64(2 * xx + 1)]
+                cb = e & -256       # the class x ALPHABET
+                slot = x0 & (M - 1)
+                sym = np.int64(lut[np.uint64((cb << (PREC - 8)) + slot)])
+                x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cb + sym)],
+                                       np.int64(words[np.uint64(wp)]), wp)
+                hv = np.uint64(sym)
+                if sym >= ESC:      # rare: an outlier (OUT) or an escaped high part
+                    if sym == OUT:
+                        v = outv[np.uint64(op)] if op < nov else 0.0
+                        if op < nov:
+                            outp[np.uint64(op)] = i
+                        op += 1
+                        g, has = grid(mode, v, inv, e_int)
+                        gi = ipick(has, np.int64(pick(has, g, 0.0)), p)
+                        rg[uj] = (gi << 8) | 255
+                        ra = gi
+                        if two:
+                            rv[uv] = _vstore((gi - p) + pc[np.uint64(xx)])
+                        of[ui] = v if abs(v) < np.inf else 0.0
+                        continue
+                    hv, bpos = escape_high(lw, bpos)
+                kb = e & 255
+                z = hv << np.uint64(kb)
+                if dense or kb:     # see core.dense_low
+                    w = bpos >> 6
+                    low, bpos = bits_at(lw[np.uint64(w)], lw[np.uint64(w + 1)], bpos, kb)
+                    z |= low
+                k = unzigzag(np.int64(z))
+                gi = p + k
+                ra = gi
+                if two:
+                    rv[uv] = _vstore(k + pc[np.uint64(xx)])
+                ak = abs(k)
+                rg[uj] = (gi << 8) | (ak if ak < 255 else 255)
+                of[ui] = from_grid(mode, otype, np.float64(gi), step, lo, hi, sg)
+    return x0, x1, wp, bpos, op
+
+
+@inline
+def _pq_dec_vol_runs(mode, otype, arrs, T, H, W, qp, state, three, two, wt, ren):
+    """``_pq_dec_vol`` of a run-coded window (``runs_apply``): a copy of its own, so
+    that ``decode_pq`` compiles without the runs (with a flag for them, passed as a
+    constant, it took 61 s a signature to compile instead of 13). Decode the volume,
+    row by row (``three``: a constant at each call site, as in
+    ``_pq_pred``). The rows are a loop here, not calls of a row helper: every array an
+    inlined helper unpacks costs two atomic reference-count updates per call, 24 per
+    row when each row was a call (decoding smoke at 1e-3 1.04-1.05x, ks_pypde 1.00-1.02x
+    in ``kernel_ab.py``; the same change to ``encode_pq`` measured 0.92-0.96x)."""
+    of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense, rv, pc, pcf = arrs
+    step, inv, e_int, lo, hi = qp
+    x0, x1, wp, bpos, op = state
+    nov = outv.size
+    Wp = W + 2
+    per = 2     # symbols a point reads at most (``runs_apply``)
     for t in range(T):
         go, fb, dp = _ring(t, H, W, three)
         fv, dv = _vring(t, H, W)
@@ -625,7 +728,7 @@ def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three, two, wt, runs, ren
                     wp, bpos = run_start(wp, bpos, words.size, lw.size,
                                          per * min(RUN_CHUNK, W - xx))
                 e = pq[np.uint64(2 * xx + 1)]
-                if runs and (e >> 16) != 0 and (
+                if (e >> 16) != 0 and (
                         xx == 0 or (rg[np.uint64(j0 + xx - 1)] & 255) == 0):
                     # a run (``runs_apply``): the stretch of points of activity 0 from
                     # here, L long; L - r, then r points of code 0 (a damaged stream's
@@ -712,26 +815,52 @@ def decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut,
     """Inverse of ``encode_pq``, the entropy decoding fused in (``st`` as in ``decode``)."""
     mode = literally(mode)
     otype = literally(otype)
-    _decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut, fc, words,
-               lw, outv, outp, st, wts, False)
+    T, H, W = out.shape
+    arrs, qp, sta, two, wt, ren = _pq_dec_setup(out, sgn, step, e_int, lo, hi, cmap, kbs,
+                                                lut, fc, words, lw, outv, outp, st, wts,
+                                                False)
+    # (each way its own loop: with the previous frame's reads or not, with the second
+    # stage or not)
+    if three and two:
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, True, True, wt)
+    elif three:
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, True, False, wt)
+    elif two:
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, False, True, wt)
+    else:
+        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, False, False, wt)
+    _pq_dec_end(st, sta)
 
 
 @jit
 def decode_pq_runs(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut, fc,
                    words, lw, outv, outp, st, wts):
-    """``decode_pq`` of a run-coded window (``runs_apply``): a kernel of its own, so that
-    windows without runs decode without its tests (in one kernel, a flag tested per
-    point made smoke's decoding at 1e-3 1.16x as slow), and compiled only where a
-    run-coded window is decoded."""
+    """``decode_pq`` of a run-coded window (``runs_apply``): a kernel of its own, so
+    that windows without runs decode without its tests (a flag tested per point made
+    smoke's decoding at 1e-3 1.16x as slow) and ``decode_pq`` compiles without them (a
+    flag passed as a constant still took 61 s a signature, not 13); compiled only where
+    a run-coded window is decoded."""
     mode = literally(mode)
     otype = literally(otype)
-    _decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut, fc, words,
-               lw, outv, outp, st, wts, True)
+    T, H, W = out.shape
+    arrs, qp, sta, two, wt, ren = _pq_dec_setup(out, sgn, step, e_int, lo, hi, cmap, kbs,
+                                                lut, fc, words, lw, outv, outp, st, wts,
+                                                True)
+    if three and two:
+        sta = _pq_dec_vol_runs(mode, otype, arrs, T, H, W, qp, sta, True, True, wt, ren)
+    elif three:
+        sta = _pq_dec_vol_runs(mode, otype, arrs, T, H, W, qp, sta, True, False, wt, ren)
+    elif two:
+        sta = _pq_dec_vol_runs(mode, otype, arrs, T, H, W, qp, sta, False, True, wt, ren)
+    else:
+        sta = _pq_dec_vol_runs(mode, otype, arrs, T, H, W, qp, sta, False, False, wt, ren)
+    _pq_dec_end(st, sta)
 
 
 @inline
-def _decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut, fc, words,
-               lw, outv, outp, st, wts, runs):
+def _pq_dec_setup(out, sgn, step, e_int, lo, hi, cmap, kbs, lut, fc, words, lw, outv, outp,
+                  st, wts, runs):
+    """The decoders' arrays, parameters and states (``runs``: a run-coded window)."""
     T, H, W = out.shape
     of = out.ravel()
     sf = sgn.ravel()
@@ -757,16 +886,11 @@ def _decode_pq(out, sgn, step, e_int, mode, otype, lo, hi, three, cmap, kbs, lut
     arrs = (of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense_low(kbs), rv, pc, pcf)
     qp = (step, 1.0 / step, e_int, lo, hi)
     sta = (st[0], st[1], st[2], st[3], st[7])
-    # (each way its own loop: with the previous frame's reads or not, with the second
-    # stage or not)
-    if three and two:
-        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, True, True, wt, runs, ren)
-    elif three:
-        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, True, False, wt, runs, ren)
-    elif two:
-        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, False, True, wt, runs, ren)
-    else:
-        sta = _pq_dec_vol(mode, otype, arrs, T, H, W, qp, sta, False, False, wt, runs, ren)
+    return arrs, qp, sta, two, wt, ren
+
+
+@inline
+def _pq_dec_end(st, sta):
     x0, x1, wp, bpos, op = sta
     st[0] = x0
     st[1] = x1
