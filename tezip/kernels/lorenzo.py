@@ -25,6 +25,11 @@ v = g - p of a point is itself predicted from the residuals of its neighbours in
 rows above and in the previous frame (``_pq_corr_row``), and the code is v less that
 prediction; the residuals are kept in a ring of their own.
 
+Run coding (``runs_apply``, ``decode_pq_runs``, format v6): a stretch of points whose
+neighbours' codes are all 0 is one symbol, how many of its first codes are 0, and the
+decoder writes those without entropy decoding (a window's writer chooses it; the tuning
+ranks the plain codings).
+
 The v2 form (``decode``; read only): predictions from the reconstructed values, each
 value quantized around its prediction; ``act`` holds the code magnitudes; rows are
 decoded with fixed neighbour availability (above? previous frame?), and the first value
