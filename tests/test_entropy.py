@@ -581,15 +581,17 @@ def test_frames_wider_than_a_chunk_decode_with_a_chunk_of_padding(predictor, mon
     frames of millions of columns took hundreds of MB more), and bit-exact windows, whose
     decoders bound every read, are not padded."""
     import tezip
+    from tezip.kernels import interp, lorenzo
     from tezip.kernels.consts import RUN_CHUNK
-    from tezip.kernels.lorenzo import N_CTX_RUNS
 
     pads = []
     real = entropy.tables
 
     def spy(s, n_ctx, run_pad):
-        # a run-coded window (format v6) reads up to two symbols a point: twice the pad
-        pads.append(run_pad // 2 if n_ctx == N_CTX_RUNS else run_pad)
+        # a run-coded window (format v6 and v7) reads up to two symbols a point: twice
+        # the pad
+        runs = n_ctx in (lorenzo.N_CTX_RUNS, interp.N_CTX_RUNS)
+        pads.append(run_pad // 2 if runs else run_pad)
         t = real(s, n_ctx, run_pad)
         assert t.words.size == t.n_words + run_pad + 2
         return t

@@ -76,3 +76,11 @@ def test_the_v6_fixtures_hold_run_coding():
     assert {"lorenzo", "spatial"} <= {p for p, _, _ in seen}
     assert {"float", "int"} <= {k for _, k, _ in seen}
     assert any(w for _, _, w in seen)
+
+
+def test_the_v7_fixtures_hold_interp_run_coding():
+    """v7 added interp's run coding: its fixtures hold windows with it, float and
+    integer."""
+    seen = {kind for meta, kind in _windows("v7")
+            if meta["p"] == "interp" and meta["cfg"].get("r") == 1}
+    assert {"float", "int"} <= seen

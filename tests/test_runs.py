@@ -1,5 +1,6 @@
 """Run coding of the prequantized Lorenzo predictors (format v6, ``kernels.lorenzo.
-runs_apply``): the symbols are those of the documented rule, written out in Python here;
+runs_apply``) and of interp (v7, ``kernels.interp.runs_apply``): the symbols are those
+of the documented rules, written out in Python here;
 a run-coded window decodes to exactly what the same window decodes to without runs,
 within its bound, whatever its shape, dtype, outliers or second stage; a damaged one is
 refused or decodes unchanged, never crashes; configurations are checked."""
@@ -16,8 +17,9 @@ from hypothesis import strategies as st
 
 import tezip
 from tezip.errors import CorruptFileError, TezipError
+from tezip.kernels import interp as KI
 from tezip.kernels import lorenzo as KL
-from tezip.kernels.consts import NB
+from tezip.kernels.consts import NB, RUN_CHUNK
 from tezip.predictors import classical, get
 
 
@@ -249,3 +251,218 @@ def test_no_runs_in_the_log_domain_nor_where_they_do_not_pay():
     noise = np.random.default_rng(0).normal(0, 100, (6, 60, 64)).astype(np.float32)
     assert not any("r" in c for c in _cfgs(tezip.compress(noise, mode="abs", bound=0.01,
                                                           predictor="lorenzo")))
+
+
+# --- interp's run coding (format v7, ``kernels.interp.runs_apply``) --------------------
+
+
+def _interp_reference(codes: np.ndarray, ctx: np.ndarray, starts: list[int],
+                      chunk: int) -> tuple[list[int], list[int]]:
+    """The documented rule, written out: the codes before the first segment as they
+    are; each segment cut into chunks of ``chunk``; in a chunk, each stretch of quiet
+    points (bucket 0 of groups 0-3) coded as runs: the number r of codes of 0 before the
+    next code that is not 0, as the code whose zigzag is r + 1 (0: to the stretch's
+    end; RUN_ROW at the chunk's start, else RUN_MID), then that code (RUN_END), then the
+    next run."""
+    out_c = [int(v) for v in codes[: starts[0]]]
+    out_x = [int(v) for v in ctx[: starts[0]]]
+    bounds = [*starts, codes.size]
+
+    def quiet(i: int) -> bool:
+        return ctx[i] % NB == 0 and ctx[i] < 4 * NB
+
+    for s0, s1 in zip(bounds[:-1], bounds[1:], strict=True):
+        for c0 in range(s0, s1, chunk):
+            e = min(c0 + chunk, s1)
+            i = c0
+            while i < e:
+                if not quiet(i):
+                    out_c.append(int(codes[i]))
+                    out_x.append(int(ctx[i]))
+                    i += 1
+                    continue
+                q = i
+                while q < e and quiet(q):
+                    q += 1
+                while i < q:
+                    j = i
+                    while j < q and codes[j] == 0:
+                        j += 1
+                    z = 0 if j == q else j - i + 1
+                    out_c.append((z >> 1) ^ -(z & 1))
+                    out_x.append(KI.RUN_ROW if i == c0 else KI.RUN_MID)
+                    if j < q:
+                        out_c.append(int(codes[j]))
+                        out_x.append(KI.RUN_END)
+                        j += 1
+                    i = j
+    return out_c, out_x
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=12), st.integers(0, 5),
+       st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.integers(0, 2**31 - 1))
+def test_interp_runs_apply_is_the_documented_rule(lengths, head, p_zero, p_quiet, seed):
+    rng = np.random.default_rng(seed)
+    n = head + sum(lengths)
+    codes = np.where(rng.random(n) < p_zero, 0, rng.integers(-5, 6, n)).astype(np.int32)
+    codes[rng.random(n) < 0.05] = -(2**31)      # an outlier's code: not 0
+    ctx = np.where(rng.random(n) < p_quiet, rng.integers(0, 5, n) * NB,
+                   rng.integers(0, 5 * NB, n)).astype(np.uint8)   # (anchors: 4 NB)
+    starts = list(np.cumsum([head, *lengths[:-1]]))
+    want_c, want_x = _interp_reference(codes, ctx, starts, RUN_CHUNK)
+    st_ = np.asarray(starts, np.int32)
+    oc, ox, m, runs = KI.runs_apply(codes, ctx, st_, 10 * n + 10)
+    assert m == len(want_c)
+    assert oc[:m].tolist() == want_c and ox[:m].tolist() == want_x
+    assert runs == sum(x in (KI.RUN_MID, KI.RUN_ROW) for x in want_x)
+    assert m <= 2 * n
+    if m > 0:
+        assert KI.runs_apply(codes, ctx, st_, m - 1)[2] == -1
+    assert KI.runs_apply(codes, ctx, st_, m)[2] == m
+
+
+def test_interp_runs_apply_cuts_rows_into_the_decoders_chunks():
+    """A row longer than RUN_CHUNK: its stretches end at the chunks' ends, where the
+    decoder's knowledge of the contexts ends."""
+    n = 2 * RUN_CHUNK + 500
+    codes = np.zeros(n, np.int32)
+    codes[RUN_CHUNK + 7] = 3
+    ctx = np.zeros(n, np.uint8)
+    oc, ox, m, runs = KI.runs_apply(codes, ctx, np.asarray([0], np.int32), n)
+    want_c, want_x = _interp_reference(codes, ctx, [0], RUN_CHUNK)
+    assert (oc[:m].tolist(), ox[:m].tolist()) == (want_c, want_x)
+    # one run a chunk, the second chunk's ended by the 3 and then one more
+    assert runs == 4 and ox[:m].tolist().count(KI.RUN_ROW) == 3
+    bad = np.asarray([5, 2], np.int32)     # out of order
+    assert KI.runs_apply(codes, ctx, bad, n)[2] == -1
+
+
+def _wide(t: int, h: int, w: int, seed: int = 1, channels: int = 0) -> np.ndarray:
+    """A smooth blob at the left of wide frames of exact zeros: interp's runs pay."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:h, :w]
+    frames = []
+    for i in range(t):
+        r = np.hypot(yy - h / 2 - i, xx - 22)
+        frames.append(np.where(r < min(h, 40) / 2.3, np.cos(r / 4) * 50 + 60
+                               + rng.normal(0, 0.3, r.shape), 0.0))
+    x = np.stack(frames)
+    if channels:
+        x = np.stack([x * (c + 1) for c in range(channels)], axis=-1)
+    return x
+
+
+ICASES = [
+    ("float32", "abs", 0.01, {}),
+    ("float32", "rel", 1e-3, {"channels": 3}),
+    ("float64", "abs", 1e-6, {}),
+    ("uint16", "rel", 1e-3, {}),
+    ("uint8", "lossless", None, {}),
+    ("int32", "abs", 0.5, {}),
+    ("uint16", "absrel", 2, {"rel_bound": 1e-2}),
+]
+
+
+@pytest.mark.parametrize("dtype,mode,bound,extra", ICASES)
+def test_interp_run_coded_windows_decode_as_without_runs(monkeypatch, dtype, mode, bound,
+                                                         extra):
+    x = _wide(6, 40, 192, channels=extra.get("channels", 0))
+    if np.dtype(dtype).kind in "iu":
+        x = np.clip(np.round(x * (1 if dtype == "uint8" else 20)), 0,
+                    np.iinfo(dtype).max).astype(dtype)
+    else:
+        x = x.astype(dtype)
+    kw = {"mode": mode, "bound": bound, "predictor": "interp",
+          **({"rel_bound": extra["rel_bound"]} if "rel_bound" in extra else {})}
+    blob = tezip.compress(x, **kw)
+    assert all(c.get("r") == 1 for c in _cfgs(blob))
+    plain = _without_runs(monkeypatch, x, **kw)
+    assert not any("r" in c for c in _cfgs(plain))
+    y = tezip.decompress(blob)
+    assert y.dtype == x.dtype and np.array_equal(y, tezip.decompress(plain), equal_nan=True)
+    check_bound(x, y, mode, bound, extra.get("rel_bound"))
+    assert len(blob) <= 1.03 * len(plain)
+
+
+@pytest.mark.parametrize("w", [2, 5, 9000])
+def test_interp_runs_in_narrow_and_wide_frames(monkeypatch, w):
+    """Frames two or five points wide (forced: runs do not pay there), and rows wider
+    than the decoder's chunk, with outliers (NaN, Inf, a huge value) in the zeros."""
+    h = max(3, 40000 // (4 * w))
+    x = np.zeros((4, h, w), np.float32)
+    rng = np.random.default_rng(w)
+    x[:, : max(1, h // 5), : max(1, w // 5)] = rng.normal(0, 1, (4, max(1, h // 5),
+                                                                   max(1, w // 5)))
+    x[1, h // 2, w - 1] = 7.0
+    x[2, h - 1, (w - 1) // 3] = np.nan
+    x[3, 1, w // 2] = np.inf
+    x[0, h // 3, w - 2] = 3e30
+    kw = {"mode": "abs", "bound": 1e-3, "predictor": "interp"}
+    with monkeypatch.context() as m:
+        m.setattr(classical, "RUN_GAIN", 0 if w < 100 else classical.RUN_GAIN)
+        m.setattr(classical, "RUN_SHARE", 2.0)
+        blob = tezip.compress(x, **kw)
+    assert _cfgs(blob)[0].get("r") == 1
+    y = tezip.decompress(blob)
+    check_bound(x, y, "abs", 1e-3)
+    assert np.array_equal(y, tezip.decompress(_without_runs(monkeypatch, x, **kw)),
+                          equal_nan=True)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(2, 6), st.integers(2, 12), st.integers(2, 40), st.floats(0.5, 0.99),
+       st.integers(0, 2**31 - 1))
+def test_sparse_integer_stacks_round_trip_exactly_through_interp_runs(t, h, w, p_zero, seed):
+    rng = np.random.default_rng(seed)
+    x = np.where(rng.random((t, h, w)) < p_zero, 0,
+                 rng.integers(-300, 300, (t, h, w))).astype(np.int32)
+    with mock.patch.multiple(classical, RUN_MIN=0, RUN_GAIN=0, RUN_SHARE=2.0):
+        blob = tezip.compress(x, mode="lossless", bound=None, predictor="interp")
+    assert np.array_equal(x, tezip.decompress(blob))
+
+
+def test_damaged_interp_run_coded_files_are_refused_or_decode_unchanged():
+    x = _wide(4, 32, 192).astype(np.float32)
+    blob = tezip.compress(x, mode="abs", bound=0.01, predictor="interp")
+    assert _cfgs(blob)[0].get("r") == 1
+    good = tezip.decompress(blob)
+    rng = np.random.default_rng(7)
+    refused = 0
+    for _ in range(300):
+        b = bytearray(blob)
+        for pos in rng.integers(0, len(b), rng.integers(1, 4)):
+            b[pos] ^= 1 << int(rng.integers(0, 8))
+        try:
+            y = tezip.decompress(bytes(b))
+        except TezipError:
+            refused += 1
+            continue
+        assert np.array_equal(y, good)
+    assert refused > 250
+
+
+def test_interp_run_configurations_are_checked():
+    base = {"order": [0, 1, 2], "cubic": False, "ab": [1.0, 1.0], "anchor": 32}
+    got = get("interp").validate({**base, "r": 1}, (4, 5, 6))
+    assert got == {**base, "r": 1}
+    assert get("interp").contexts(got) == KI.N_CTX_RUNS and get("interp").reads(got) == 2
+    assert get("interp").contexts(base) == KI.N_CTX and get("interp").reads(base) == 1
+    for bad in ({**base, "r": 0}, {**base, "r": True}, {**base, "r": 1.0}, {**base, "r": 2},
+                {**base, "x": 1}):
+        with pytest.raises(CorruptFileError):
+            get("interp").validate(bad, (4, 5, 6))
+
+
+def test_interp_runs_only_where_they_pay():
+    """Square frames of a blob (runs of about five points: they would cost the decoder
+    more time than they save), pwrel (no codes for its zeros) and noise: no runs."""
+    sq = _plume(6, 64, 64).astype(np.float32)
+    assert not any("r" in c for c in _cfgs(tezip.compress(sq, mode="abs", bound=1e-2,
+                                                          predictor="interp")))
+    wide = _wide(6, 40, 192).astype(np.float32)
+    assert not any("r" in c for c in _cfgs(tezip.compress(wide, mode="pwrel", bound=1e-3,
+                                                          predictor="interp")))
+    noise = np.random.default_rng(0).normal(0, 100, (6, 60, 64)).astype(np.float32)
+    assert not any("r" in c for c in _cfgs(tezip.compress(noise, mode="abs", bound=0.01,
+                                                          predictor="interp")))

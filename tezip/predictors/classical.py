@@ -15,6 +15,7 @@ stream. Instances hold no per-call state: one instance serves every thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,12 +35,18 @@ NARROW_VIA_INT32 = 3 << 20     # see ``Interpolation._dec``
 EDGE_TRIAL = 3      # the edge extrapolation interp's tuning tries (``interp_kind``; one
 #                     trial: both axes; 0: none, as before format v5)
 W_MAX = 64          # the second stage's weights (sixteenths) lie in [-W_MAX, W_MAX]
-RUN_SHARE = 0.8     # a prequantized Lorenzo window is run-coded (``kernels.lorenzo.
-#                     runs_apply``, format v6) where that leaves at most this share of
-#                     its codes to decode
+RUN_SHARE = 0.8     # a window is run-coded (``kernels.lorenzo.runs_apply``, format v6;
+#                     ``kernels.interp.runs_apply``, v7) where that leaves at most this
+#                     share of its codes to decode
 RUN_MIN = 1 << 14   # ... and it has at least this many codes (the run contexts' tables
 #                     cost 50-100 bytes: a test's 4,800-code uint16 window coded 1.11x
 #                     as large)
+RUN_GAIN = 16       # an interpolation window is run-coded (format v7) where, besides,
+#                     its runs save the decoder at least this many symbols each: a run
+#                     costs the decoding kernel about 25 ns (its branches), a symbol not
+#                     decoded saves about 2 ns (fitted to speckle at 1e-2, 50 symbols a
+#                     run, 1.42x as fast; at 1e-3, 6.5 a run, 0.86x; smoke at 1e-4, 14
+#                     a run, 1.0x)
 
 
 def channels(x: np.ndarray) -> list[np.ndarray]:
@@ -90,8 +97,17 @@ class _Kernel(ValuePredictor):
 
     def _enc(self, xc: np.ndarray, out: np.ndarray, rec: np.ndarray, sg: np.ndarray,
              quant: Quantizer, config: dict, codes: np.ndarray, ctx: np.ndarray,
-             outp: np.ndarray, n0: int, no0: int) -> tuple[int, int]:
+             outp: np.ndarray, n0: int, no0: int,
+             segs: list[np.ndarray] | None = None) -> tuple[int, int]:
+        """Code one channel from code n0 and outlier no0; returns (codes, outliers) after
+        it. ``segs`` (where given and the kernel has them): gets the starts of its run
+        coding's segments (``kernels.interp.runs_apply``)."""
         raise NotImplementedError
+
+    def _runs(self, coded: Coded, segs: list[np.ndarray], shape: tuple[int, ...],
+              quant: Quantizer) -> Coded:
+        """``coded`` with its run coding (``Coded.recode``) where the kernel has one."""
+        return coded
 
     def _dec(self, out: np.ndarray, rec: np.ndarray, sg: np.ndarray, quant: Quantizer,
              config: dict, t: Any, outv: np.ndarray, outp: np.ndarray,
@@ -105,11 +121,12 @@ class _Kernel(ValuePredictor):
         codes, ctx, outp = _buffers(n)
         outs, pos = [], []
         nn = no = 0
+        segs: list[np.ndarray] | None = None if sample else []
         for c, xc in enumerate(vols):
             out = np.empty_like(xc)
             no_before = no
             nn, no = self._enc(xc, out, _rec(out, quant), _sign_of(sgn, c, len(vols)), quant,
-                               config, codes, ctx, outp, nn, no)
+                               config, codes, ctx, outp, nn, no, segs)
             if not sample:
                 p = outp[no_before:no]
                 out.reshape(-1)[p] = xc.reshape(-1)[p]      # exact, bit for bit
@@ -117,7 +134,8 @@ class _Kernel(ValuePredictor):
                 pos.append(p.copy())
         rec = None if sample else _assemble(outs, x.shape, x.dtype)
         flat = np.zeros(0, np.int64) if sample else _flat_positions(pos, x.shape)
-        return Coded(config, codes[:nn], ctx[:nn], flat, rec, self.n_ctx, self.groups)
+        coded = Coded(config, codes[:nn], ctx[:nn], flat, rec, self.n_ctx, self.groups)
+        return coded if segs is None else self._runs(coded, segs, x.shape, quant)
 
     def decode(self, shape: tuple[int, ...], quant: Quantizer, config: dict, tables: Any,
                outlier_values: np.ndarray, sgn: np.ndarray, meta: dict | None = None,
@@ -222,14 +240,43 @@ class Interpolation(_Kernel):
             raise CorruptFileError("bad predictor configuration")
         if edge:
             cfg["edge"] = edge
+        if "r" in config:       # run coding (format v7)
+            if not (config["r"] == 1 and type(config["r"]) is int):
+                raise CorruptFileError("bad predictor configuration")
+            cfg["r"] = 1
+        extra = set(config) - {"order", "cubic", "ab", "anchor", "edge", "r"}
+        if extra:
+            raise CorruptFileError("bad predictor configuration")
         return cfg
 
-    def _enc(self, xc, out, rec, sg, quant, config, codes, ctx, outp, n0, no0):
+    def contexts(self, config: dict) -> int:
+        return KI.N_CTX_RUNS if config.get("r") else KI.N_CTX
+
+    def reads(self, config: dict) -> int:
+        return 2 if config.get("r") else 1     # a run's symbol and the code that ends it
+
+    def _runs(self, coded, segs, shape, quant):
+        starts = np.concatenate(segs) if segs else np.zeros(0, np.int32)
+        n = coded.codes.size
+
+        def apply(limit: int) -> tuple[np.ndarray, np.ndarray, int]:
+            codes, ctx, m, runs = KI.runs_apply(coded.codes, coded.ctx, starts, limit)
+            # where each run saves the decoder at least RUN_GAIN symbols
+            return codes, ctx, (m if m >= 0 and n - m >= RUN_GAIN * runs else -1)
+
+        return _with_runs(coded, quant, apply, KI.N_CTX_RUNS, KI.GROUPS_RUNS)
+
+    def _enc(self, xc, out, rec, sg, quant, config, codes, ctx, outp, n0, no0, segs=None):
         steps, eints = quant.levels(*config["ab"])
         lo, hi = quant.range
-        return call(KI.encode, (8, 9), xc, None, out, rec, sg, steps, eints, quant.eb,
-                    quant.mode, quant.otype, lo, hi, np.asarray(config["order"], np.int64),
-                    interp_kind(config), int(config["anchor"]), codes, ctx, outp, n0, no0)
+        seg = np.empty(0 if segs is None else xc.size + 1, np.int32)
+        n, no, ns = call(KI.encode, (8, 9), xc, None, out, rec, sg, steps, eints, quant.eb,
+                         quant.mode, quant.otype, lo, hi,
+                         np.asarray(config["order"], np.int64), interp_kind(config),
+                         int(config["anchor"]), codes, ctx, outp, n0, no0, seg)
+        if segs is not None:
+            segs.append(seg[:ns].copy())
+        return n, no
 
     def _dec(self, out, rec, sg, quant, config, t, outv, outp, st):
         steps, _ = quant.levels(*config["ab"])
@@ -247,10 +294,13 @@ class Interpolation(_Kernel):
         if (rec is out and out.dtype.kind in "iu" and out.dtype.itemsize < 4
                 and out.size <= NARROW_VIA_INT32):
             work = rec = np.empty(out.shape, np.int32)
-        call(KI.decode, (5, 6), work, rec, None, sg, steps, quant.mode, quant.otype, lo,
+        runs = 1 if config.get("r") else 0
+        if runs and quant.mode == MODE_LOG:
+            raise CorruptFileError("run coding in the log domain (no coder writes it)")
+        call(KI.decode, (5, 6, 21), work, rec, None, sg, steps, quant.mode, quant.otype, lo,
              hi, np.asarray(config["order"], np.int64), interp_kind(config),
              int(config["anchor"]), t.cmap, t.kbs, t.lut, t.fc, t.words, t.low, outv,
-             outp, st)
+             outp, st, runs)
         if work is not out:
             np.copyto(out, work, casting="unsafe")
 
@@ -269,9 +319,8 @@ class Lorenzo3D(_Kernel):
     def configs(self, x: np.ndarray, quant: Quantizer) -> list[dict]:
         return [dict(self.PQ)]
 
-    def encode(self, x: np.ndarray, quant: Quantizer, config: dict, sgn: np.ndarray,
-               sample: bool = False) -> Coded:
-        return _with_runs(super().encode(x, quant, config, sgn, sample), x.shape[2], quant)
+    def _runs(self, coded, segs, shape, quant):
+        return _lorenzo_runs(coded, shape[2], quant)
 
     def contexts(self, config: dict) -> int:
         return KL.N_CTX_RUNS if config.get("r") else KL.N_CTX
@@ -308,7 +357,7 @@ class Lorenzo3D(_Kernel):
             return {"pq": 1, "w": list(w), **runs}
         raise CorruptFileError("bad predictor configuration")
 
-    def _enc(self, xc, out, rec, sg, quant, config, codes, ctx, outp, n0, no0):
+    def _enc(self, xc, out, rec, sg, quant, config, codes, ctx, outp, n0, no0, segs=None):
         steps, eints = quant.levels()
         lo, hi = quant.range
         if not config.get("pq"):
@@ -335,23 +384,36 @@ class Lorenzo3D(_Kernel):
              outv, outp, st)
 
 
-def _with_runs(coded: Coded, width: int, quant: Quantizer) -> Coded:
-    """``coded`` (a prequantized Lorenzo coding of frames ``width`` wide) with its run
-    coding as the coding to write it with (``Coded.recode``), where that leaves at most
-    ``RUN_SHARE`` of the codes to decode. Not in the log domain: its zeros have no code,
-    so the codes are not whole rows."""
+def _with_runs(coded: Coded, quant: Quantizer,
+               apply: Callable[[int], tuple[np.ndarray, np.ndarray, int]], n_ctx: int,
+               groups: np.ndarray) -> Coded:
+    """``coded`` with its run coding (``kernels.lorenzo.runs_apply``, ``kernels.interp.
+    runs_apply``; ``apply(limit)``: its codes, contexts and their number, or -1 past
+    ``limit`` or where it does not pay; then ``n_ctx`` contexts in ``groups``) as the
+    coding to write it with (``Coded.recode``), where that leaves at most ``RUN_SHARE``
+    of the codes to decode. Not in the log domain: its zeros have no
+    code, so the segments are not whole."""
     n = coded.codes.size
-    if quant.mode == MODE_LOG or not coded.config.get("pq") or n < RUN_MIN:
+    if quant.mode == MODE_LOG or n < RUN_MIN:
         return coded
 
     def runs() -> tuple | None:
-        codes, ctx, m = KL.runs_apply(coded.codes, coded.ctx, width, int(RUN_SHARE * n))
+        codes, ctx, m = apply(int(RUN_SHARE * n))
         if m < 0:
             return None
-        return codes[:m], ctx[:m], KL.N_CTX_RUNS, KL.GROUPS_RUNS, {"r": 1}
+        return codes[:m], ctx[:m], n_ctx, groups, {"r": 1}
 
     coded.recode = runs
     return coded
+
+
+def _lorenzo_runs(coded: Coded, width: int, quant: Quantizer) -> Coded:
+    """``_with_runs`` of a prequantized Lorenzo coding of frames ``width`` wide."""
+    if not coded.config.get("pq"):
+        return coded
+    return _with_runs(coded, quant, lambda limit: KL.runs_apply(coded.codes, coded.ctx, width,
+                                                                  limit),
+                      KL.N_CTX_RUNS, KL.GROUPS_RUNS)
 
 
 def _weights(config: dict) -> np.ndarray:
@@ -439,5 +501,5 @@ class Lorenzo2D(Lorenzo3D):
         p = outp[no:no2]
         orest.reshape(-1)[p] = rest.reshape(-1)[p]      # exact, bit for bit
         p += nh * (x.size // x.shape[0])                # flat positions in the window
-        return _with_runs(Coded(config, codes[:nn], ctx[:nn], outp[:no2].copy(), out,
-                                self.n_ctx, self.groups), x.shape[2], quant)
+        return _lorenzo_runs(Coded(config, codes[:nn], ctx[:nn], outp[:no2].copy(), out,
+                                   self.n_ctx, self.groups), x.shape[2], quant)
