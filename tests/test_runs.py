@@ -466,3 +466,20 @@ def test_interp_runs_only_where_they_pay():
     noise = np.random.default_rng(0).normal(0, 100, (6, 60, 64)).astype(np.float32)
     assert not any("r" in c for c in _cfgs(tezip.compress(noise, mode="abs", bound=0.01,
                                                           predictor="interp")))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=10), st.integers(0, 4),
+       st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.integers(0, 2**31 - 1))
+def test_interp_quiet_stats_bound_the_runs(lengths, head, p_zero, p_quiet, seed):
+    """``quiet_stats``' zeros Z and stretches S: the run coding saves Z - R symbols with
+    R >= S runs (the bound that spares a window the run coding's pass)."""
+    rng = np.random.default_rng(seed)
+    n = head + sum(lengths)
+    codes = np.where(rng.random(n) < p_zero, 0, rng.integers(-3, 4, n)).astype(np.int32)
+    ctx = np.where(rng.random(n) < p_quiet, rng.integers(0, 5, n) * NB,
+                   rng.integers(0, 5 * NB, n)).astype(np.uint8)
+    starts = np.asarray(np.cumsum([head, *lengths[:-1]]), np.int64)
+    z, s = KI.quiet_stats(codes, ctx, starts)
+    _, _, m, runs = KI.runs_apply(codes, ctx, starts, 10 * n + 10)
+    assert n - m == z - runs and runs >= s

@@ -71,8 +71,8 @@ from .core import (
 G_L1, G_L2, G_COARSE, G_EDGE, G_ANCHOR = 0, 1, 2, 3, 4
 N_CTX = 5 * NB
 GROUPS = np.array([NB, 2 * NB, 3 * NB, 4 * NB], np.int64)
-# run coding (format v7, ``runs.runs_apply``): its segments are the rows of points of a
-# pass (``encode``'s ``seg``), cut into the decoder's chunks of RUN_CHUNK; its quiet
+# run coding (format v7, ``runs_apply``): its segments are the rows of points of a
+# pass (``segments``), cut into the decoder's chunks of RUN_CHUNK; its quiet
 # points those in bucket 0 (the variation of their neighbours under a sixteenth of the
 # step), but the anchors; three contexts after those, each a group of its own: a run
 # that starts inside a chunk, one that starts a chunk, the point that ends a run
@@ -217,11 +217,9 @@ def _run_length(c, n, s, cubic):
 
 @jit
 def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order, kind,
-           anchor, codes, ctx, outp, n0, no0, seg):
+           anchor, codes, ctx, outp, n0, no0):
     """Code the volume ``x``: codes (FLAG for outliers) and contexts from position n0,
-    outlier positions (flat indices into x, in coding order) from no0, and where each
-    row of points of a pass starts in the codes (``seg``, as many as it holds: the
-    segments of the run coding, ``runs.runs_apply``). Returns (n, no, the rows).
+    outlier positions (flat indices into x, in coding order) from no0. Returns (n, no).
     Non-finite outliers leave a finite placeholder in ``out``: the caller puts the exact
     values in afterwards."""
     mode = literally(mode)
@@ -237,8 +235,6 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
         raise ValueError("interp.encode: rec must be out itself here")  # (its runs)
     n = n0
     no = no0
-    ns = 0
-    nseg = seg.size
     HW = H * W
     a, s, lvl = _levels(T, H, W, anchor)
     for t in range(0, T, a):
@@ -301,9 +297,6 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
                                              kind, grp)
                         i0, cnt, istep, o0_, o2_, o3_, ov, sdr, gb = geo
                         w0, w1, w2, w3 = wts
-                        if ns < nseg:
-                            seg[ns] = n
-                            ns += 1
                         if lin:         # (``_predict``: one loop for each way)
                             for j in range(cnt):
                                 p, var = _predict(rf, i0 + j * istep, o0_, o2_, o3_, ov, sdr,
@@ -354,7 +347,7 @@ def encode(x, base, out, rec, sgn, steps, eints, eb, mode, otype, lo, hi, order,
                             break
         s //= 2
         lvl -= 1
-    return n, no, ns
+    return n, no
 
 
 @inline
@@ -425,9 +418,104 @@ def _dec_run(mode, otype, arrs, has_base, geo, wts, lin, qp, state):
 
 
 @jit
+def segments(T, H, W, order, kind, anchor, n0):
+    """Where each row of points of a pass (each run of ``_run``: the decoder's unit)
+    starts in the codes of a (T, H, W) volume coded from code n0 on by ``encode`` with
+    every point coded (not the log domain), after its anchors; and where its codes end.
+    The walk of ``encode`` and ``decode`` without their work: a row at a time (kept out
+    of ``encode``, whose loops it slowed by 2-3% on the tuning's tiles)."""
+    a, s, lvl = _levels(T, H, W, anchor)
+    n = n0 + ((T - 1) // a + 1) * ((H - 1) // a + 1) * ((W - 1) // a + 1)
+    top = 0
+    out = np.empty(16, np.int64)
+    o0, o1, o2 = order[0], order[1], order[2]
+    while s >= 1:
+        grp = G_L1 if lvl == 1 else (G_L2 if lvl == 2 else G_COARSE)
+        for oi in range(3):
+            d = o0 if oi == 0 else (o1 if oi == 1 else o2)
+            nd = T if d == 0 else (H if d == 1 else W)
+            if nd <= s:
+                continue
+            st0, sp0, st1, sp1, st2, sp2 = _plan(o0, o1, o2, oi, s)
+            sd = (H * W if d == 0 else (W if d == 1 else 1)) * s
+            cnt_x = (W - st2 + sp2 - 1) // sp2
+            for t in range(st0, T, sp0):
+                for y in range(st1, H, sp1):
+                    c = s if d == 2 else (t if d == 0 else y)
+                    while True:
+                        geo, _, _ = _run(c, d, 0, W, nd, s, sd, st2, sp2, cnt_x, kind, grp)
+                        if top == out.size:
+                            grown = np.empty(2 * out.size, np.int64)
+                            grown[:top] = out
+                            out = grown
+                        out[top] = n
+                        top += 1
+                        n += geo[1]
+                        c += geo[1] * 2 * s
+                        if d != 2 or c >= W:
+                            break
+        s //= 2
+        lvl -= 1
+    return out[:top], n
+
+
+@inline
+def _quiet(c):
+    """Whether context ``c`` is quiet (``QUIET``), as arithmetic that vectorizes."""
+    return np.int64((c == G_L1 * NB) | (c == G_L2 * NB) | (c == G_COARSE * NB)
+                    | (c == G_EDGE * NB))
+
+
+@jit
+def quiet_zeros(codes, ctx, blocks, size):
+    """The share of codes that are 0 in a quiet context, over ``blocks`` blocks of
+    ``size`` codes spread over the codes (all of them where they are fewer): a
+    fraction of a ``quiet_stats`` pass, which a window whose runs cannot pay is then
+    spared (blocks, not every k-th code: one code a cache line cost 13 ns each)."""
+    n = codes.size
+    if n <= blocks * size:
+        blocks, size = 1, n
+    z = 0
+    for b in range(blocks):
+        s0 = (n - size) * b // max(blocks - 1, 1)
+        for i in range(s0, s0 + size):
+            z += _quiet(ctx[np.uint64(i)]) & np.int64(codes[np.uint64(i)] == 0)
+    return z / max(blocks * size, 1)
+
+
+@jit
+def quiet_stats(codes, ctx, starts):
+    """(Z, S): how many quiet points (``QUIET``) have a code of 0, and how many stretches
+    of quiet points ``runs_apply`` would find (``starts`` as there). Its runs would save
+    the decoder Z - R symbols with R runs, R >= S (R - S: the runs that follow a code
+    that ends one inside a stretch): a bound that spares most windows whose runs do not
+    pay its pass. One pass over the codes taken as one row, which compiles to vector
+    code, then the stretches that the rows' and chunks' starts cut in two."""
+    n = codes.size
+    ns = starts.size
+    h = min(max(np.int64(starts[0]), 0), n) if ns else n
+    z = 0
+    s = 0
+    if h < n:
+        s = _quiet(ctx[h])
+        z = s & np.int64(codes[h] == 0)
+    for i in range(h + 1, n):      # (unsigned indices: no wrap-around test, vector code)
+        q = _quiet(ctx[np.uint64(i)])
+        z += q & np.int64(codes[np.uint64(i)] == 0)
+        s += q & (_quiet(ctx[np.uint64(i - 1)]) ^ 1)
+    for k in range(ns):
+        s0 = min(max(np.int64(starts[k]), h), n)
+        s1 = min(max(np.int64(starts[k + 1]) if k + 1 < ns else n, s0), n)
+        for c0 in range(s0, s1, RUN_CHUNK):
+            if c0 > h:
+                s += _quiet(ctx[c0]) & _quiet(ctx[c0 - 1])
+    return z, s
+
+
+@jit
 def runs_apply(codes, ctx, starts, limit):
-    """Run coding (format v7) of an interpolation coding (``codes``, ``ctx``; ``encode``'s
-    ``seg``, the starts of its rows of points, as ``starts``; the codes before
+    """Run coding (format v7) of an interpolation coding (``codes``, ``ctx``; the starts
+    of its rows of points, ``segments``, as ``starts``; the codes before
     ``starts[0]`` are kept as they are). Each row is cut into the decoder's chunks of
     RUN_CHUNK points. In a chunk, a stretch of quiet points (``QUIET``: bucket 0, but
     the anchors), L long, is coded as runs: from its first point on, the number r of

@@ -30,7 +30,6 @@ from .classical import DEFAULT_ANCHOR, Interpolation, interp_kind
 
 SNAP = 64.0
 N_CTX = 2 * KI.N_CTX              # the keyframe's contexts, then the forecast errors'
-NO_SEGMENTS = np.zeros(0, np.int32)     # (no run coding: the segments are not kept)
 GROUPS = np.concatenate([KI.GROUPS, [KI.N_CTX], KI.GROUPS + KI.N_CTX])
 # keyframe and forecast-error stages: both linear or both cubic (cubic codes smooth
 # forecast errors about 6% smaller on ks_pypde, linear noisy ones 2-5% smaller)
@@ -112,10 +111,10 @@ class Learned(ValuePredictor):
                     (base if len(frame_shape) == 2 else base[..., c])[None])
                 rec = o if b is None else np.empty(xc.shape, np.float64)
                 n0, no0 = nn, no
-                nn, no, _ = call(KI.encode, (8, 9), xc, b, o, rec, np.zeros(1, np.int8),
-                                 steps, eints, quant.eb, quant.mode, quant.otype, lo, hi,
-                                 np.asarray(cfg["order"], np.int64), interp_kind(cfg),
-                                 int(cfg["anchor"]), codes, ctx, outp, n0, no0, NO_SEGMENTS)
+                nn, no = call(KI.encode, (8, 9), xc, b, o, rec, np.zeros(1, np.int8), steps,
+                              eints, quant.eb, quant.mode, quant.otype, lo, hi,
+                              np.asarray(cfg["order"], np.int64), interp_kind(cfg),
+                              int(cfg["anchor"]), codes, ctx, outp, n0, no0)
                 if t:
                     ctx[n0:nn] += KI.N_CTX
                 p = outp[no0:no].astype(np.int64)
