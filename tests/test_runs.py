@@ -202,12 +202,13 @@ def test_sparse_integer_stacks_round_trip_exactly(t, h, w, p_zero, pred, seed):
     assert np.array_equal(x, tezip.decompress(blob))
 
 
-def test_damaged_run_coded_files_are_refused_or_decode_unchanged():
-    x = _plume(4, 64, 64).astype(np.float32)
-    blob = tezip.compress(x, mode="abs", bound=0.01, predictor="spatial")
+@pytest.mark.parametrize("pred,seed", [("spatial", 5), ("interp", 7)])
+def test_damaged_run_coded_files_are_refused_or_decode_unchanged(pred, seed):
+    x = (_plume(4, 64, 64) if pred == "spatial" else _wide(4, 32, 192)).astype(np.float32)
+    blob = tezip.compress(x, mode="abs", bound=0.01, predictor=pred)
     assert _cfgs(blob)[0].get("r") == 1
     good = tezip.decompress(blob)
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(seed)
     refused = 0
     for _ in range(300):
         b = bytearray(blob)
@@ -420,26 +421,6 @@ def test_sparse_integer_stacks_round_trip_exactly_through_interp_runs(t, h, w, p
     with mock.patch.multiple(classical, RUN_MIN=0, RUN_GAIN=0, RUN_SHARE=2.0):
         blob = tezip.compress(x, mode="lossless", bound=None, predictor="interp")
     assert np.array_equal(x, tezip.decompress(blob))
-
-
-def test_damaged_interp_run_coded_files_are_refused_or_decode_unchanged():
-    x = _wide(4, 32, 192).astype(np.float32)
-    blob = tezip.compress(x, mode="abs", bound=0.01, predictor="interp")
-    assert _cfgs(blob)[0].get("r") == 1
-    good = tezip.decompress(blob)
-    rng = np.random.default_rng(7)
-    refused = 0
-    for _ in range(300):
-        b = bytearray(blob)
-        for pos in rng.integers(0, len(b), rng.integers(1, 4)):
-            b[pos] ^= 1 << int(rng.integers(0, 8))
-        try:
-            y = tezip.decompress(bytes(b))
-        except TezipError:
-            refused += 1
-            continue
-        assert np.array_equal(y, good)
-    assert refused > 250
 
 
 def test_interp_run_configurations_are_checked():
