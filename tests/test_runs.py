@@ -132,14 +132,19 @@ def test_run_coded_windows_decode_as_without_runs(monkeypatch, pred, dtype, mode
     x = np.round(x * 3).astype(dtype) if np.dtype(dtype).kind in "iu" else x.astype(dtype)
     kw = {"mode": mode, "bound": bound, "predictor": pred, "window": 6,
           **({"rel_bound": extra["rel_bound"]} if "rel_bound" in extra else {})}
+    _runs_decode_as_without(monkeypatch, x, kw, extra)
+
+
+def _runs_decode_as_without(monkeypatch, x: np.ndarray, kw: dict, extra: dict) -> None:
+    """``x`` coded with ``kw``: every window run-coded; decoded, what the same coding
+    without runs decodes to, within the bound; and about as small."""
     blob = tezip.compress(x, **kw)
     assert all(c.get("r") == 1 for c in _cfgs(blob))
     plain = _without_runs(monkeypatch, x, **kw)
     assert not any("r" in c for c in _cfgs(plain))
     y = tezip.decompress(blob)
     assert y.dtype == x.dtype and np.array_equal(y, tezip.decompress(plain), equal_nan=True)
-    check_bound(x, y, mode, bound, extra.get("rel_bound"))
-    # the run coding codes about as small
+    check_bound(x, y, kw["mode"], kw["bound"], extra.get("rel_bound"))
     assert len(blob) <= 1.03 * len(plain)
 
 
@@ -376,14 +381,7 @@ def test_interp_run_coded_windows_decode_as_without_runs(monkeypatch, dtype, mod
         x = x.astype(dtype)
     kw = {"mode": mode, "bound": bound, "predictor": "interp",
           **({"rel_bound": extra["rel_bound"]} if "rel_bound" in extra else {})}
-    blob = tezip.compress(x, **kw)
-    assert all(c.get("r") == 1 for c in _cfgs(blob))
-    plain = _without_runs(monkeypatch, x, **kw)
-    assert not any("r" in c for c in _cfgs(plain))
-    y = tezip.decompress(blob)
-    assert y.dtype == x.dtype and np.array_equal(y, tezip.decompress(plain), equal_nan=True)
-    check_bound(x, y, mode, bound, extra.get("rel_bound"))
-    assert len(blob) <= 1.03 * len(plain)
+    _runs_decode_as_without(monkeypatch, x, kw, extra)
 
 
 @pytest.mark.parametrize("w", [2, 5, 9000])
