@@ -108,6 +108,11 @@ def _cfgs(blob: bytes) -> list[dict]:
         return [f.window_meta(i)["cfg"] for i in range(f.n_windows)]
 
 
+def _any_runs(x: np.ndarray, **kw) -> bool:
+    """Whether coding ``x`` with ``kw`` run-codes any window."""
+    return any("r" in c for c in _cfgs(tezip.compress(x, **kw)))
+
+
 def _without_runs(monkeypatch, x, **kw) -> bytes:
     with monkeypatch.context() as m:
         m.setattr(classical, "RUN_SHARE", 0.0)
@@ -252,11 +257,9 @@ def test_no_runs_in_the_log_domain_nor_where_they_do_not_pay():
     """pwrel codes no value for its zeros, so its codes are not whole rows: never run
     coded; nor is a noisy stack, whose codes are rarely 0."""
     x = _plume(6, 60, 64).astype(np.float32)
-    assert not any("r" in c for c in _cfgs(tezip.compress(x, mode="pwrel", bound=1e-3,
-                                                          predictor="lorenzo")))
+    assert not _any_runs(x, mode="pwrel", bound=1e-3, predictor="lorenzo")
     noise = np.random.default_rng(0).normal(0, 100, (6, 60, 64)).astype(np.float32)
-    assert not any("r" in c for c in _cfgs(tezip.compress(noise, mode="abs", bound=0.01,
-                                                          predictor="lorenzo")))
+    assert not _any_runs(noise, mode="abs", bound=0.01, predictor="lorenzo")
 
 
 # --- interp's run coding (format v7, ``kernels.interp.runs_apply``) --------------------
@@ -437,14 +440,11 @@ def test_interp_runs_only_where_they_pay():
     """Square frames of a blob (runs of about five points: they would cost the decoder
     more time than they save), pwrel (no codes for its zeros) and noise: no runs."""
     sq = _plume(6, 64, 64).astype(np.float32)
-    assert not any("r" in c for c in _cfgs(tezip.compress(sq, mode="abs", bound=1e-2,
-                                                          predictor="interp")))
+    assert not _any_runs(sq, mode="abs", bound=1e-2, predictor="interp")
     wide = _wide(6, 40, 192).astype(np.float32)
-    assert not any("r" in c for c in _cfgs(tezip.compress(wide, mode="pwrel", bound=1e-3,
-                                                          predictor="interp")))
+    assert not _any_runs(wide, mode="pwrel", bound=1e-3, predictor="interp")
     noise = np.random.default_rng(0).normal(0, 100, (6, 60, 64)).astype(np.float32)
-    assert not any("r" in c for c in _cfgs(tezip.compress(noise, mode="abs", bound=0.01,
-                                                          predictor="interp")))
+    assert not _any_runs(noise, mode="abs", bound=0.01, predictor="interp")
 
 
 @settings(max_examples=40, deadline=None)
