@@ -16,11 +16,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tezip
+from tezip import codec
 from tezip.errors import CorruptFileError, TezipError
 from tezip.kernels import interp as KI
 from tezip.kernels import lorenzo as KL
 from tezip.kernels.consts import NB, RUN_CHUNK
 from tezip.predictors import classical, get
+
+RUN_CHECK_BYTES = codec.RUN_CHECK_BYTES
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _runs_kept_in_small_files():
+    """These tests' files are small: a small run-coded window is also coded without runs
+    and the smaller kept (``codec.RUN_CHECK_BYTES``, its own test below); here the runs
+    are kept, to be tested."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(codec, "RUN_CHECK_BYTES", 0)
+        yield
 
 
 def _reference(codes: np.ndarray, ctx: np.ndarray, w: int) -> tuple[list[int], list[int]]:
@@ -462,3 +475,34 @@ def test_interp_quiet_stats_bound_the_runs(lengths, head, p_zero, p_quiet, seed)
     z, s = KI.quiet_stats(codes, ctx, starts)
     _, _, m, runs = KI.runs_apply(codes, ctx, starts, 10 * n + 10)
     assert n - m == z - runs and runs >= s
+
+
+def _hot_pixels(shape: tuple[int, ...], share: float, lo: int, hi: int, seed: int = 1
+                ) -> np.ndarray:
+    """Detector frames: a flat background of 100 and a share of hot pixels."""
+    rng = np.random.default_rng(seed)
+    x = np.full(shape, 100, np.uint16)
+    hot = rng.random(shape) < share
+    x[hot] += rng.integers(lo, hi, hot.sum()).astype(np.uint16)
+    return x
+
+
+@pytest.mark.parametrize("pred", ["interp", "lorenzo"])
+def test_a_small_window_is_written_without_runs_where_that_is_smaller(monkeypatch, pred):
+    x = _hot_pixels((8, 128, 128), 0.002, 1, 11)
+    kw = {"mode": "abs", "bound": 2, "predictor": pred}
+    forced = tezip.compress(x, **kw)         # (runs kept: this module's fixture)
+    plain = _without_runs(monkeypatch, x, **kw)
+    assert all(c.get("r") == 1 for c in _cfgs(forced)) and len(forced) > len(plain)
+    monkeypatch.setattr(codec, "RUN_CHECK_BYTES", RUN_CHECK_BYTES)
+    assert tezip.compress(x, **kw) == plain
+
+
+def test_a_small_window_keeps_its_runs_where_they_are_smaller(monkeypatch):
+    x = _hot_pixels((16, 96, 96), 0.002, 100, 4000) - np.uint16(100)
+    kw = {"mode": "abs", "bound": 2, "predictor": "classical"}
+    forced = tezip.compress(x, **kw)
+    assert all(c.get("r") == 1 for c in _cfgs(forced))
+    assert len(forced) < len(_without_runs(monkeypatch, x, **kw)) < RUN_CHECK_BYTES
+    monkeypatch.setattr(codec, "RUN_CHECK_BYTES", RUN_CHECK_BYTES)
+    assert tezip.compress(x, **kw) == forced

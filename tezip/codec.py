@@ -236,6 +236,13 @@ def _estimate(coded: predictors.Coded, itemsize: int) -> float:
                                  coded.has_outliers)
 
 
+RUN_CHECK_BYTES = 1 << 14  # a run-coded window (``Coded.recode``) that codes smaller than
+#                           this is coded without its runs too, the smaller kept: the run
+#                           contexts' tables (hundreds of bytes) and the runs' raw low bits
+#                           made tiny files up to 1.17x as large (a break-test: 47 of 115
+#                           run-coded files over 1% larger, all of them of 1.5-3.4 KB);
+#                           coding every window twice would cost a large one up to 1.5x
+#                           its encoding time (speckle at 1e-2, windows of 35 KB)
 N_FINALISTS = 3
 _FULL_MARGIN = 1.02       # a finalist is ranked on the window itself only if its sample
 #                           estimate is this close to the best one's (the sample can
@@ -514,14 +521,25 @@ def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
             x.dtype.newbyteorder("<")).tobytes()
     if quant.mode == MODE_LOG:
         sections["masks"] = _masks_bytes(x)
-    codes, ctx, n_ctx, groups, keys = coded.entropy_input(write=True)
-    streams = entropy.encode(codes, ctx, n_ctx, groups, coded.has_outliers,
-                             lambda low: payload.store("low", low))
-    sections.update(model=streams.model, words=streams.words, low=streams.low)
-    meta = {"p": name, "cfg": {**coded.config, **keys}, "n": int(x.shape[0]),
-            "o": int(coded.outliers.size), "c": window_crc(out), **coded.extra}
-    return payload.pack(meta, sections,
-                        {"low": streams.low_stored} if streams.low_stored else None)
+    crc = window_crc(out)
+
+    def packed(symbols: predictors.Symbols) -> bytes:
+        codes, ctx, n_ctx, groups, keys = symbols
+        streams = entropy.encode(codes, ctx, n_ctx, groups, coded.has_outliers,
+                                 lambda low: payload.store("low", low))
+        meta = {"p": name, "cfg": {**coded.config, **keys}, "n": int(x.shape[0]),
+                "o": int(coded.outliers.size), "c": crc, **coded.extra}
+        return payload.pack(meta,
+                            {**sections, "model": streams.model, "words": streams.words,
+                             "low": streams.low},
+                            {"low": streams.low_stored} if streams.low_stored else None)
+
+    symbols = coded.entropy_input(write=True)
+    data = packed(symbols)
+    if symbols[4] and len(data) < RUN_CHECK_BYTES:
+        # a small run-coded window is coded without its runs too, and the smaller kept
+        data = min(data, packed(coded.entropy_input()), key=len)
+    return data
 
 
 def _pack_shuffle(x: np.ndarray, other: bytes | None = None) -> bytes:
