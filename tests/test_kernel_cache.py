@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import tezip
 from tezip.kernels import bits, core, entropy, interp, lorenzo, nn, sample
 
@@ -123,3 +125,70 @@ def test_fast_cache_load_loads_without_a_refresh_and_still_compiles_on_a_miss(tm
     assert (out, hits, misses, refreshes, patched) == ("285.0", "1", "0", "0", "True")
     out, hits, misses, refreshes, patched = run("0")        # off: numba's own load
     assert (out, hits, misses, patched) == ("285.0", "1", "0", "False") and int(refreshes) > 0
+
+
+WAITER = (
+    "import sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "import small_kernel as m\n"
+    "from tezip.kernels.core import call\n"
+    "print('ready', flush=True)\n"
+    "assert call(m.k, (), 41) == 42\n"
+    "s = m.k.stats\n"
+    "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n"
+)
+
+
+def _small_kernel(tmp_path: Path, monkeypatch):
+    """A kernel of a module in ``tmp_path`` (its cache beside it), imported here as the
+    waiting process imports it (numba's cache entry names the module)."""
+    (tmp_path / "small_kernel.py").write_text(
+        "from tezip.kernels.core import jit\n\n\n@jit\ndef k(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "small_kernel", raising=False)
+    import small_kernel
+    return small_kernel.k
+
+
+def test_a_process_waits_for_anothers_compile_and_loads_it(tmp_path, monkeypatch):
+    """The compile lock (``core._compile_lock``): a process that asks for a kernel while
+    another compiles it waits, then loads the other's result from the disk cache."""
+    k = _small_kernel(tmp_path, monkeypatch)
+    sig = (core.typeof(41),)
+    with core._compile_lock(k, sig):
+        p = subprocess.Popen([sys.executable, "-c", WAITER, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            # it cannot compile while this process holds the lock
+            with pytest.raises(subprocess.TimeoutExpired):
+                p.wait(timeout=1.5)
+            k.compile(sig)
+        except BaseException:
+            p.kill()
+            raise
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0
+    assert out.split() == ["1", "0"]      # one load from the cache, no compile
+
+
+def test_saves_of_one_kernel_hold_a_lock_across_processes(tmp_path, monkeypatch):
+    """The save lock: a process cannot save a kernel's signature into the cache while
+    another holds the lock on that kernel's index."""
+    k = _small_kernel(tmp_path, monkeypatch)
+    path = core._lock_path(k._cache._cache_file)
+    assert path is not None and k._cache.save_overload.__name__ == "save_overload"
+    with core._file_lock(path, 0):
+        p = subprocess.Popen([sys.executable, "-c", WAITER, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            with pytest.raises(subprocess.TimeoutExpired):
+                p.wait(timeout=3)
+            assert not list(tmp_path.rglob("small_kernel.k-*.nbi"))
+        except BaseException:
+            p.kill()
+            raise
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0 and out.split() == ["0", "1"]
+    assert list(tmp_path.rglob("small_kernel.k-*.nbi"))

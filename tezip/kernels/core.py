@@ -8,6 +8,7 @@ run-time branches on them."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -103,10 +104,86 @@ KERNELS_STAMP = sources_stamp(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _stamped(dispatcher):
-    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    cache = getattr(dispatcher, "_cache", None)
+    cache_file = getattr(cache, "_cache_file", None)
     if cache_file is not None and hasattr(cache_file, "_source_stamp"):
         cache_file._source_stamp = (cache_file._source_stamp, KERNELS_STAMP)
+        _save_locked(cache, cache_file)
     return dispatcher
+
+
+# Processes that share numba's disk cache (the ranks of ``mpirun tezip prepare``, a test
+# suite's workers) compile and save kernels at once. numba saves a kernel by reading the
+# function's index, choosing a data file name not in it and writing both; two processes
+# saving two signatures of one function at once can both choose the same name, and the
+# index then names a data file that holds the other signature (a load failed in typing,
+# or could run the other specialization's code). The save, and the compile of one
+# signature, hold a lock across processes: byte 0 and one byte per signature of a file
+# beside the function's index (POSIX record locks, ``fcntl.lockf``). A process that waited
+# for another's compile loads its result from the cache instead of compiling it again.
+# Where there is no such lock (not POSIX, a file system without locks, a cache directory
+# that cannot be written), nothing is locked, as before.
+try:
+    import fcntl
+except ImportError:     # pragma: no cover (not POSIX)
+    fcntl = None  # type: ignore[assignment]
+
+_LOCK_FDS: dict[str, int] = {}     # one descriptor per lock file, never closed: closing
+_LOCK_FDS_LOCK = threading.Lock()  # any descriptor of a file drops the process's locks
+
+
+def _lock_path(cache_file) -> str | None:
+    index = getattr(cache_file, "_index_path", None)
+    return None if fcntl is None or not isinstance(index, str) else (
+        os.path.splitext(index)[0] + ".lock")
+
+
+@contextlib.contextmanager
+def _file_lock(path: str | None, slot: int):
+    """Byte ``slot`` of the file at ``path`` locked against other processes (threads of
+    this one are serialized by the caller: numba's compiler lock, ``_ENTRY_LOCK``)."""
+    fd = None
+    if path is not None:
+        with _LOCK_FDS_LOCK:
+            fd = _LOCK_FDS.get(path)
+            if fd is None:
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                    _LOCK_FDS[path] = fd
+                except OSError:
+                    fd = None
+    locked = False
+    if fd is not None:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX, 1, slot)
+            locked = True
+        except OSError:
+            pass
+    try:
+        yield
+    finally:
+        if locked:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot)
+
+
+def _save_locked(cache, cache_file) -> None:
+    path = _lock_path(cache_file)
+    save = getattr(cache, "save_overload", None)
+    if path is None or save is None:
+        return
+
+    def save_overload(sig, data):
+        with _file_lock(path, 0):
+            save(sig, data)
+
+    cache.save_overload = save_overload
+
+
+def _compile_lock(kernel, sig: tuple):
+    """The lock on compiling ``kernel`` for ``sig`` (see ``_save_locked``)."""
+    path = _lock_path(getattr(getattr(kernel, "_cache", None), "_cache_file", None))
+    h = hashlib.blake2b(repr(sig).encode(), digest_size=4).digest()
+    return _file_lock(path, 1 + int.from_bytes(h, "little") % (1 << 30))
 
 
 def jit(fn):
@@ -145,7 +222,8 @@ def call(kernel, literal: tuple[int, ...], *args):
             if ep is None:
                 timer = _slow_compile_timer()
                 try:
-                    kernel.compile(sig)
+                    with _compile_lock(kernel, sig):
+                        kernel.compile(sig)
                 finally:
                     if timer is not None:
                         timer.cancel()
