@@ -39,7 +39,8 @@ NAMES = ("iris_sji2796", "ks_pypde", "smoke_phiflow", "speckle_hcipy")
 # rec - 1 in plain coding; None: no such argument)
 KERNELS = {"interp.encode": (KI, "encode", 3), "interp.decode": (KI, "decode", 1),
            "lorenzo.encode_pq": (KL, "encode_pq", None),
-           "lorenzo.decode_pq": (KL, "decode_pq", None)}
+           "lorenzo.decode_pq": (KL, "decode_pq", None),
+           "lorenzo.decode_pq_runs": (KL, "decode_pq_runs", None)}
 
 
 def load_base(base: str, name: str):

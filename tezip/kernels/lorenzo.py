@@ -66,6 +66,7 @@ from .core import (
     inline,
     ipick,
     jit,
+    outlined,
     padded,
     pick,
     pw_limit,
@@ -580,13 +581,14 @@ def _run_length(e, x0, x1, wp, bpos, lut, fc, words, lw):
     return z, x0, x1, wp, bpos
 
 
-@inline
+@outlined
 def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three, two, wt):
-    """Decode the volume, row by row (``three``: a constant at each call site, as in
-    ``_pq_pred``). The rows are a loop here, not calls of a row helper: every array an
-    inlined helper unpacks costs two atomic reference-count updates per call, 24 per
-    row when each row was a call (decoding smoke at 1e-3 1.04-1.05x, ks_pypde 1.00-1.02x
-    in ``kernel_ab.py``; the same change to ``encode_pq`` measured 0.92-0.96x)."""
+    """Decode the volume, row by row (``three``, ``two``: constants at each call site, as
+    in ``_pq_pred``; a function of its own for each, ``core.outlined``). The rows are a
+    loop here, not calls of a row helper: every array an inlined helper unpacks costs
+    two atomic reference-count updates per call, 24 per row when each row was a call
+    (decoding smoke at 1e-3 1.04-1.05x, ks_pypde 1.00-1.02x in ``kernel_ab.py``; the
+    same change to ``encode_pq`` measured 0.92-0.96x)."""
     of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense, rv, pc, pcf = arrs
     step, inv, e_int, lo, hi = qp
     x0, x1, wp, bpos, op = state
@@ -680,16 +682,12 @@ def _pq_dec_vol(mode, otype, arrs, T, H, W, qp, state, three, two, wt):
     return x0, x1, wp, bpos, op
 
 
-@inline
+@outlined
 def _pq_dec_vol_runs(mode, otype, arrs, T, H, W, qp, state, three, two, wt, ren):
     """``_pq_dec_vol`` of a run-coded window (``runs_apply``): a copy of its own, so
     that ``decode_pq`` compiles without the runs (with a flag for them, passed as a
     constant, it took 61 s a signature to compile instead of 13). Decode the volume,
-    row by row (``three``: a constant at each call site, as in
-    ``_pq_pred``). The rows are a loop here, not calls of a row helper: every array an
-    inlined helper unpacks costs two atomic reference-count updates per call, 24 per
-    row when each row was a call (decoding smoke at 1e-3 1.04-1.05x, ks_pypde 1.00-1.02x
-    in ``kernel_ab.py``; the same change to ``encode_pq`` measured 0.92-0.96x)."""
+    row by row, as ``_pq_dec_vol``."""
     of, sf, rg, dtab, pq, lut, fc, words, lw, outv, outp, dense, rv, pc, pcf = arrs
     step, inv, e_int, lo, hi = qp
     x0, x1, wp, bpos, op = state
