@@ -192,3 +192,34 @@ def test_saves_of_one_kernel_hold_a_lock_across_processes(tmp_path, monkeypatch)
     out, _ = p.communicate(timeout=120)
     assert p.returncode == 0 and out.split() == ["0", "1"]
     assert list(tmp_path.rglob("small_kernel.k-*.nbi"))
+
+
+KILLED_SAVE = (
+    "import os, sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "import small_kernel as m\n"
+    "m.k._cache._cache_file._save_data = lambda *a: os._exit(9)   # killed after the index\n"
+    "m.k(1.5)\n"
+)
+LOAD = (
+    "import sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "import small_kernel as m\n"
+    "print(m.k(1.5))\n"
+)
+
+
+def test_a_save_killed_after_the_index_leaves_no_stale_kernel_to_load(tmp_path, monkeypatch):
+    """numba saves a kernel's index before its data, and numbers data files anew once
+    the sources change: a process killed in between must not leave the index naming the
+    data file of the older build (``core._drop_stale_data``)."""
+    k = _small_kernel(tmp_path, monkeypatch)
+    assert k(1) == 2                        # data file 1: the int64 build
+    with open(tmp_path / "small_kernel.py", "a") as f:
+        f.write("# an edit: the cache of the build above is stale\n")
+    p = subprocess.run([sys.executable, "-c", KILLED_SAVE, str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 9, p.stderr
+    p = subprocess.run([sys.executable, "-c", LOAD, str(tmp_path)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.split() == ["2.5"], p.stderr

@@ -121,6 +121,7 @@ def _stamped(dispatcher):
 # signature, hold a lock across processes: byte 0 and one byte per signature of a file
 # beside the function's index (POSIX record locks, ``fcntl.lockf``). A process that waited
 # for another's compile loads its result from the cache instead of compiling it again.
+# The save also drops the function's stale data files first (``_drop_stale_data``).
 # Where there is no such lock (not POSIX, a file system without locks, a cache directory
 # that cannot be written), nothing is locked, as before.
 try:
@@ -174,9 +175,30 @@ def _save_locked(cache, cache_file) -> None:
 
     def save_overload(sig, data):
         with _file_lock(path, 0):
+            _drop_stale_data(cache_file)
             save(sig, data)
 
     cache.save_overload = save_overload
+
+
+def _drop_stale_data(cache_file) -> None:
+    """Remove the function's data files that its index does not name. numba numbers a
+    function's data files anew once its sources change (the index is then stale, read as
+    empty), and saves the index before the data: a process killed in between (Ctrl-C in
+    a first use's compile, ``test_kill_compress``) left an index naming the data file of
+    an older build, which later processes loaded as the new one (a dispatch failure,
+    "can't unbox array", or the older kernel run). Without stale files, that index names
+    a missing file, which numba takes for a miss and compiles again."""
+    try:
+        live = set(cache_file._load_index().values())
+        base = cache_file._index_name[: -len(".nbi")] + "."
+        folder = cache_file._cache_path
+        for name in os.listdir(folder):
+            if (name.startswith(base) and name.endswith(".nbc") and name not in live
+                    and name[len(base):-4].isdigit()):
+                os.unlink(os.path.join(folder, name))
+    except Exception:       # (another layout of numba's cache, a file gone meanwhile)
+        pass
 
 
 def _compile_lock(kernel, sig: tuple):
