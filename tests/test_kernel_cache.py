@@ -150,26 +150,32 @@ def _small_kernel(tmp_path: Path, monkeypatch):
     return small_kernel.k
 
 
-def test_a_process_waits_for_anothers_compile_and_loads_it(tmp_path, monkeypatch):
-    """The compile lock (``core._compile_lock``): a process that asks for a kernel while
-    another compiles it waits, then loads the other's result from the disk cache."""
-    k = _small_kernel(tmp_path, monkeypatch)
-    sig = (core.typeof(41),)
-    with core._compile_lock(k, sig):
+def _wait_blocked(lock, tmp_path: Path, seconds: float, meanwhile) -> list[str]:
+    """Start the waiting process while ``lock`` is held; it must still be waiting after
+    ``seconds``; then ``meanwhile()``, the lock released: the process's output."""
+    with lock:
         p = subprocess.Popen([sys.executable, "-c", WAITER, str(tmp_path)],
                              stdout=subprocess.PIPE, text=True)
         try:
             assert p.stdout.readline().strip() == "ready"
-            # it cannot compile while this process holds the lock
             with pytest.raises(subprocess.TimeoutExpired):
-                p.wait(timeout=1.5)
-            k.compile(sig)
+                p.wait(timeout=seconds)
+            meanwhile()
         except BaseException:
             p.kill()
             raise
     out, _ = p.communicate(timeout=120)
     assert p.returncode == 0
-    assert out.split() == ["1", "0"]      # one load from the cache, no compile
+    return out.split()
+
+
+def test_a_process_waits_for_anothers_compile_and_loads_it(tmp_path, monkeypatch):
+    """The compile lock (``core._compile_lock``): a process that asks for a kernel while
+    another compiles it waits, then loads the other's result from the disk cache."""
+    k = _small_kernel(tmp_path, monkeypatch)
+    sig = (core.typeof(41),)
+    out = _wait_blocked(core._compile_lock(k, sig), tmp_path, 1.5, lambda: k.compile(sig))
+    assert out == ["1", "0"]      # one load from the cache, no compile
 
 
 def test_saves_of_one_kernel_hold_a_lock_across_processes(tmp_path, monkeypatch):
@@ -178,19 +184,11 @@ def test_saves_of_one_kernel_hold_a_lock_across_processes(tmp_path, monkeypatch)
     k = _small_kernel(tmp_path, monkeypatch)
     path = core._lock_path(k._cache._cache_file)
     assert path is not None and k._cache.save_overload.__name__ == "save_overload"
-    with core._file_lock(path, 0):
-        p = subprocess.Popen([sys.executable, "-c", WAITER, str(tmp_path)],
-                             stdout=subprocess.PIPE, text=True)
-        try:
-            assert p.stdout.readline().strip() == "ready"
-            with pytest.raises(subprocess.TimeoutExpired):
-                p.wait(timeout=3)
-            assert not list(tmp_path.rglob("small_kernel.k-*.nbi"))
-        except BaseException:
-            p.kill()
-            raise
-    out, _ = p.communicate(timeout=120)
-    assert p.returncode == 0 and out.split() == ["0", "1"]
+
+    def nothing_saved():
+        assert not list(tmp_path.rglob("small_kernel.k-*.nbi"))
+
+    assert _wait_blocked(core._file_lock(path, 0), tmp_path, 3, nothing_saved) == ["0", "1"]
     assert list(tmp_path.rglob("small_kernel.k-*.nbi"))
 
 
