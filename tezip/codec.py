@@ -239,7 +239,7 @@ def _estimate(coded: predictors.Coded, itemsize: int) -> float:
 RUN_CHECK_BYTES = 1 << 14  # a run-coded window (``Coded.recode``) that codes smaller than
 #                           this is coded without its runs too, the smaller kept: the run
 #                           contexts' tables (hundreds of bytes) and the runs' raw low bits
-#                           made tiny files up to 1.17x as large (a break-test: 47 of 115
+#                           made tiny files up to 1.19x as large (a break-test: 47 of 115
 #                           run-coded files over 1% larger, all of them of 1.5-3.4 KB);
 #                           coding every window twice would cost a large one up to 1.5x
 #                           its encoding time (speckle at 1e-2, windows of 35 KB)
