@@ -1,13 +1,14 @@
 """Run coding against file size: synthetic detector stacks coded with the run coding as
-chosen (default), with runs forced (``codec.RUN_CHECK_BYTES = 0``) and without runs
-(``classical.RUN_SHARE = 0``), file sizes and decoding times side by side.
+chosen (default), with runs forced (``codec.RUN_CHECK_BYTES = 0``, ``classical.RUN_SAMPLE
+= 0``) and without runs (``classical.RUN_SHARE = 0``), file sizes and decoding times side
+by side.
 
     python benchmarks/run_sizes.py [--repeat 5]
 
-Run coding is chosen for decoding speed (``classical.RUN_GAIN``); only windows that code
-under ``codec.RUN_CHECK_BYTES`` are also coded without runs, the smaller kept. This shows
-where a larger window still pays in size for its runs' speed (issue 13's open lead).
-"""
+Run coding is chosen for decoding speed (``classical.RUN_GAIN``); a window that codes
+under ``codec.RUN_CHECK_BYTES``, or one of integer data whose runs code a sample of it
+larger (``classical.RUN_SAMPLE``), is also coded without runs, the smaller kept. The
+default column should be the smaller of the other two in every row."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ CASES = [
     ("dark lam=0.2 uint16 256", lambda: dark_frames(33, 256, 0.2, 0.002, "uint16", 2), 2.0),
     ("dark lam=0.5 uint16 512", lambda: dark_frames(33, 512, 0.5, 0.002, "uint16", 3), 2.0),
     ("events 0.5% int16 512", lambda: sparse_events(33, 512, 0.005, "int16", 4), 0.5),
+    ("events 0.1% int16 512", lambda: sparse_events(33, 512, 0.001, "int16", 7), 0.5),
     ("events 2% uint16 256", lambda: sparse_events(33, 256, 0.02, "uint16", 5), 2.0),
 ]
 
@@ -61,16 +63,16 @@ def main() -> None:
     print("| stack | abs bound | default B | runs forced B | no runs B | runs/no runs "
           "| decode ms: runs forced / no runs |")
     print("|---|---|---|---|---|---|---|")
-    check = codec.RUN_CHECK_BYTES
+    check, sample = codec.RUN_CHECK_BYTES, classical.RUN_SAMPLE
     for name, make, bound in CASES:
         x = make()
         kw = {"mode": "abs", "bound": bound, "predictor": "classical", "threads": 1}
         default = tezip.compress(x, **kw)
-        codec.RUN_CHECK_BYTES = 0
+        codec.RUN_CHECK_BYTES, classical.RUN_SAMPLE = 0, 0
         try:
             forced = tezip.compress(x, **kw)
         finally:
-            codec.RUN_CHECK_BYTES = check
+            codec.RUN_CHECK_BYTES, classical.RUN_SAMPLE = check, sample
         share = classical.RUN_SHARE
         classical.RUN_SHARE = 0.0
         try:

@@ -24,6 +24,7 @@ from tezip.kernels.consts import NB, RUN_CHUNK
 from tezip.predictors import classical, get
 
 RUN_CHECK_BYTES = codec.RUN_CHECK_BYTES
+RUN_SAMPLE = classical.RUN_SAMPLE
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -33,6 +34,7 @@ def _runs_kept_in_small_files():
     are kept, to be tested."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(codec, "RUN_CHECK_BYTES", 0)
+        m.setattr(classical, "RUN_SAMPLE", 0)      # (nor the larger ones: ``_dark``)
         yield
 
 
@@ -506,3 +508,51 @@ def test_a_small_window_keeps_its_runs_where_they_are_smaller(monkeypatch):
     assert len(forced) < len(_without_runs(monkeypatch, x, **kw)) < RUN_CHECK_BYTES
     monkeypatch.setattr(codec, "RUN_CHECK_BYTES", RUN_CHECK_BYTES)
     assert tezip.compress(x, **kw) == forced
+
+
+def _dark(t: int, n: int, lam: float, seed: int = 3) -> np.ndarray:
+    """A detector's dark frames: 100 + Poisson(lam) counts, 0.2% of pixels hot."""
+    r = np.random.default_rng(seed)
+    x = 100 + r.poisson(lam, (t, n, n))
+    x = x + (r.random((n, n)) < 0.002)[None] * r.integers(1000, 4000, (n, n))[None]
+    return x.astype(np.uint16)
+
+
+def test_a_large_window_whose_runs_code_larger_is_written_without_them(monkeypatch):
+    x = _dark(32, 256, 0.5)
+    kw = {"mode": "abs", "bound": 2, "predictor": "interp"}
+    forced = tezip.compress(x, **kw)         # (runs kept: this module's fixture)
+    plain = _without_runs(monkeypatch, x, **kw)
+    assert all(c.get("r") == 1 for c in _cfgs(forced))
+    assert len(forced) > len(plain) > RUN_CHECK_BYTES
+    monkeypatch.setattr(codec, "RUN_CHECK_BYTES", RUN_CHECK_BYTES)
+    monkeypatch.setattr(classical, "RUN_SAMPLE", RUN_SAMPLE)
+    assert tezip.compress(x, **kw) == plain
+
+
+@pytest.mark.parametrize("pred", ["interp", "lorenzo"])
+def test_doubted_runs_are_kept_where_they_code_smaller(monkeypatch, pred):
+    # sparse events: runs make them smaller; a doubt (forced here) codes both, keeps runs
+    r = np.random.default_rng(4)
+    x = ((r.random((16, 256, 256)) < 0.01) * r.integers(1, 200, (16, 256, 256))
+         ).astype(np.int16)
+    kw = {"mode": "abs", "bound": 0.5, "predictor": pred}
+    forced = tezip.compress(x, **kw)
+    assert all(c.get("r") == 1 for c in _cfgs(forced))
+    assert RUN_CHECK_BYTES < len(forced) < len(_without_runs(monkeypatch, x, **kw))
+    monkeypatch.setattr(codec, "RUN_CHECK_BYTES", RUN_CHECK_BYTES)
+    monkeypatch.setattr(classical, "RUN_SAMPLE", RUN_SAMPLE)
+    asked = []
+    monkeypatch.setattr(classical, "_runs_larger", lambda *a: asked.append(1) or True)
+    assert tezip.compress(x, **kw) == forced and asked
+
+
+def test_the_run_size_check_is_for_integer_data_only(monkeypatch):
+    monkeypatch.setattr(classical, "RUN_SAMPLE", RUN_SAMPLE)
+    asked = []
+    monkeypatch.setattr(classical, "_runs_larger", lambda *a: asked.append(1) or False)
+    x = _plume(16, 64, 128)
+    blob = tezip.compress(x, mode="abs", bound=0.05, predictor="spatial")
+    assert all(c.get("r") == 1 for c in _cfgs(blob)) and not asked
+    tezip.compress(_dark(8, 128, 0.5), mode="abs", bound=2, predictor="lorenzo")
+    assert asked

@@ -36,7 +36,7 @@ from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_l
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.7.1"
+__version__ = "0.7.2"
 DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
 #                            interpolation's anchor grid (32 apart), so no frame is
 #                            extrapolated in time (windows of 32 coded two smooth fields
@@ -536,8 +536,9 @@ def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
 
     symbols = coded.entropy_input(write=True)
     data = packed(symbols)
-    if symbols[4] and len(data) < RUN_CHECK_BYTES:
-        # a small run-coded window is coded without its runs too, and the smaller kept
+    if symbols[4] and (len(data) < RUN_CHECK_BYTES or coded.recheck[0]):
+        # a small run-coded window, or one whose runs coded a sample of it larger, is
+        # coded without its runs too, and the smaller kept
         data = min(data, packed(coded.entropy_input()), key=len)
     return data
 

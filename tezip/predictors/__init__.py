@@ -58,6 +58,9 @@ class Coded:
     # configuration keys the decoder needs besides ``config`` (the Lorenzo predictors'
     # run coding, format v6), or None where it does not pay
     recode: Callable[[], Symbols | None] | None = None
+    # set by ``recode``: [True] where the coding it returned may code larger than the
+    # codes themselves (the packer then codes both, the smaller kept)
+    recheck: list[bool] = field(default_factory=lambda: [False])
 
     def entropy_input(self, write: bool = False) -> Symbols:
         """(codes, contexts, number of contexts, groups, configuration keys to add) for

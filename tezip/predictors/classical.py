@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import CorruptFileError, OptionError
 from ..kernels import interp as KI
 from ..kernels import lorenzo as KL
-from ..kernels.consts import MODE_LOG
+from ..kernels.consts import MODE_INT, MODE_LOG
 from ..kernels.core import call
 from ..quantize import Quantizer
 from . import Coded, ValuePredictor
@@ -47,6 +47,20 @@ RUN_GAIN = 16       # an interpolation window is run-coded (format v7) where, be
 #                     decoded saves about 2 ns (fitted to speckle at 1e-2, 50 symbols a
 #                     run, 1.42x as fast; at 1e-3, 6.5 a run, 0.86x; smoke at 1e-4, 14
 #                     a run, 1.0x)
+RUN_SAMPLE = 1 << 16  # a run-coded window of integer data whose run coding, on a
+#                     sample of about this many of its codes (every k-th row of points: a
+#                     row's runs depend on that row only), codes larger than the sample's
+#                     plain coding is coded both ways when written, the smaller kept
+#                     (``Coded.recheck``): runs chosen for speed made detector dark frames
+#                     (uint16, Poisson noise, abs 2) 1.18x as large
+#                     (``benchmarks/run_sizes.py``). The sample only raises the doubt: on
+#                     sparse events it favours the plain coding (each symbol present costs
+#                     the coder's table a unit of 4096, and a sample holds fewer), runs
+#                     0.47x as large read 0.90x on 64K codes, 0.99x on 32K (and
+#                     ``estimate_bits``, which prices no table, 1.24x). Not on floats: no
+#                     run-coded float window was seen larger with its runs (the shared
+#                     stacks at 1e-2..1e-4; dark frames in float32 are not run-coded),
+#                     and the check cost smoke's encoding 12-15%. 0: no check
 
 
 def channels(x: np.ndarray) -> list[np.ndarray]:
@@ -280,9 +294,14 @@ class Interpolation(_Kernel):
             if zeros < (RUN_GAIN + 1) * stretches or zeros - stretches < n - limit:
                 return c_codes, c_ctx, -1
             codes, ctx, m, runs = KI.runs_apply(c_codes, c_ctx, at, limit)
-            return codes, ctx, (m if m >= 0 and n - m >= RUN_GAIN * runs else -1)
+            if m < 0 or n - m < RUN_GAIN * runs:
+                return codes, ctx, -1
+            if sizes.check and RUN_SAMPLE:
+                sizes.doubt[0] = _runs_larger(*_interp_sample(c_codes, c_ctx, at), sizes)
+            return codes, ctx, m
 
-        return _with_runs(coded, quant, apply, KI.N_CTX_RUNS, KI.GROUPS_RUNS)
+        sizes = _Sizes(coded, quant, KI.N_CTX_RUNS, KI.GROUPS_RUNS)
+        return _with_runs(coded, quant, apply, sizes)
 
     def _enc(self, xc, out, rec, sg, quant, config, codes, ctx, outp, n0, no0, segs=None):
         steps, eints = quant.levels(*config["ab"])
@@ -402,25 +421,28 @@ class Lorenzo3D(_Kernel):
 
 
 def _with_runs(coded: Coded, quant: Quantizer,
-               apply: Callable[[int], tuple[np.ndarray, np.ndarray, int]], n_ctx: int,
-               groups: np.ndarray) -> Coded:
+               apply: Callable[[int], tuple[np.ndarray, np.ndarray, int]],
+               sizes: _Sizes) -> Coded:
     """``coded`` with its run coding (``kernels.lorenzo.runs_apply``, ``kernels.interp.
     runs_apply``; ``apply(limit)``: its codes, contexts and their number, or -1 past
-    ``limit`` or where it does not pay; then ``n_ctx`` contexts in ``groups``) as the
-    coding to write it with (``Coded.recode``), where that leaves at most ``RUN_SHARE``
-    of the codes to decode. Not in the log domain: its zeros have no
-    code, so the segments are not whole."""
+    ``limit`` or where it does not pay; then the contexts of ``sizes.runs``, whose
+    ``doubt`` it sets: ``Coded.recheck``) as the coding to write it with
+    (``Coded.recode``), where that leaves at most ``RUN_SHARE`` of the codes to decode.
+    Not in the log domain: its zeros have no code, so the segments are not whole."""
     n = coded.codes.size
     if quant.mode == MODE_LOG or n < RUN_MIN:
         return coded
+    n_ctx, groups = sizes.runs
 
     def runs() -> tuple | None:
+        sizes.doubt[0] = False
         codes, ctx, m = apply(int(RUN_SHARE * n))
         if m < 0:
             return None
         return codes[:m], ctx[:m], n_ctx, groups, {"r": 1}
 
     coded.recode = runs
+    coded.recheck = sizes.doubt
     return coded
 
 
@@ -429,8 +451,66 @@ def _lorenzo_runs(coded: Coded, width: int, quant: Quantizer) -> Coded:
     if not coded.config.get("pq"):
         return coded
     codes, ctx = coded.codes, coded.ctx     # (not ``coded``: see ``Interpolation._runs``)
-    return _with_runs(coded, quant, lambda limit: KL.runs_apply(codes, ctx, width, limit),
-                      KL.N_CTX_RUNS, KL.GROUPS_RUNS)
+    sizes = _Sizes(coded, quant, KL.N_CTX_RUNS, KL.GROUPS_RUNS)
+
+    def apply(limit: int) -> tuple[np.ndarray, np.ndarray, int]:
+        rc, rx, m = KL.runs_apply(codes, ctx, width, limit)
+        if m >= 0 and sizes.check and RUN_SAMPLE:
+            k = max(1, codes.size // width // max(1, RUN_SAMPLE // width))
+            pc = codes.reshape(-1, width)[::k].reshape(-1)
+            px = ctx.reshape(-1, width)[::k].reshape(-1)
+            sc, sx, sm = KL.runs_apply(pc, px, width, 2 * pc.size)
+            sizes.doubt[0] = _runs_larger(pc, px, sc[:sm], sx[:sm], sizes)
+        return rc, rx, m
+
+    return _with_runs(coded, quant, apply, sizes)
+
+
+class _Sizes:
+    """What ``_runs_larger`` codes a window's sample with: its plain coding's contexts
+    and groups, its run coding's, whether its codes mark outliers; whether to (integer
+    data: ``RUN_SAMPLE``); and its verdict (``Coded.recheck``). Not the window's
+    ``Coded``, which holds the closure that holds this."""
+
+    def __init__(self, coded: Coded, quant: Quantizer, n_ctx_runs: int,
+                 groups_runs: np.ndarray) -> None:
+        self.plain = (coded.n_ctx, coded.groups)
+        self.runs = (n_ctx_runs, groups_runs)
+        self.outliers = coded.has_outliers
+        self.check = quant.mode == MODE_INT
+        self.doubt = [False]
+
+
+def _runs_larger(pc: np.ndarray, px: np.ndarray, rc: np.ndarray, rx: np.ndarray,
+                 sizes: _Sizes) -> bool:
+    """Whether the run coding (rc, rx) of a sample of a window's codes (pc, px) codes
+    larger than the sample itself, both coded by the entropy coder (their streams)."""
+    from .. import entropy
+
+    def size(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray) -> int:
+        s = entropy.encode(codes, ctx, n_ctx, groups, sizes.outliers)
+        return len(s.words) + len(s.low)
+
+    return size(rc, rx, *sizes.runs) > size(pc, px, *sizes.plain)
+
+
+def _interp_sample(codes: np.ndarray, ctx: np.ndarray,
+                   at: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every k-th row of points (from ``segments``: starting at ``at``) of an
+    interpolation coding, about RUN_SAMPLE codes, and their run coding."""
+    n = codes.size
+    ends = np.append(at[1:], n)
+    k = max(1, int(n - (at[0] if at.size else n)) // RUN_SAMPLE)
+    pick = np.arange(0, at.size, k)
+    if k == 1:
+        pc, px = codes[at[0]:] if at.size else codes[:0], ctx[at[0]:] if at.size else ctx[:0]
+        starts = at - (at[0] if at.size else 0)
+    else:
+        pc = np.concatenate([codes[at[i]:ends[i]] for i in pick])
+        px = np.concatenate([ctx[at[i]:ends[i]] for i in pick])
+        starts = np.concatenate(([0], np.cumsum(ends[pick] - at[pick])[:-1]))
+    sc, sx, sm, _ = KI.runs_apply(pc, px, starts.astype(np.int64), 2 * pc.size + 2)
+    return pc, px, sc[:sm], sx[:sm]
 
 
 def _weights(config: dict) -> np.ndarray:
