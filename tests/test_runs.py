@@ -73,7 +73,7 @@ def _reference(codes: np.ndarray, ctx: np.ndarray, w: int) -> tuple[list[int], l
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 9), st.integers(1, 12), st.floats(0.0, 1.0), st.floats(0.0, 1.0),
+@given(st.integers(1, 9), st.integers(1, 40), st.floats(0.0, 1.0), st.floats(0.0, 1.0),
        st.integers(0, 2**31 - 1))
 def test_runs_apply_is_the_documented_rule(rows, w, p_zero, p_low, seed):
     rng = np.random.default_rng(seed)
@@ -91,6 +91,31 @@ def test_runs_apply_is_the_documented_rule(rows, w, p_zero, p_low, seed):
     # past the limit: -1
     if m > 0:
         assert KL.runs_apply(codes, ctx, w, m - 1)[2] == -1
+    assert KL.runs_apply(codes, ctx, w, m)[2] == m
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 7), st.integers(1, 90), st.integers(0, 3), st.integers(0, 2**31 - 1))
+def test_runs_apply_on_long_quiet_stretches(rows, w, skew, seed):
+    # (the kernel reads 8 aligned points at once where they are quiet: long stretches,
+    # a code or a context that breaks them anywhere in such a block, and arrays that
+    # start at any byte: slices of a larger one)
+    rng = np.random.default_rng(seed)
+    n = rows * w
+    codes = np.zeros(n + skew, np.int32)[skew:]
+    ctx = np.zeros(n + skew, np.uint8)[skew:]
+    ctx[:] = rng.integers(0, 2, n) * NB * (rng.random() < 0.5)
+    for _ in range(int(rng.integers(0, 6))):
+        i = int(rng.integers(0, n))
+        if rng.random() < 0.5:
+            codes[i] = rng.choice([-3, -1, 1, 2, -(2**31)])
+        else:
+            ctx[i] = rng.choice([1, 8, 16, 23, 25, 40])
+    want_c, want_x = _reference(codes, ctx, w)
+    oc, ox, m = KL.runs_apply(codes, ctx, w, 10 * n + 10)
+    assert m == len(want_c)
+    assert oc[:m].tolist() == want_c and ox[:m].tolist() == want_x
+    assert KL.runs_apply(codes, ctx, w, m - 1)[2] == -1
     assert KL.runs_apply(codes, ctx, w, m)[2] == m
 
 

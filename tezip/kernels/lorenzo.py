@@ -73,6 +73,7 @@ from .core import (
     rans_next,
     reconstruct,
     run_start,
+    scalar,
     to_out,
     unzigzag,
     within,
@@ -498,6 +499,17 @@ def encode_pq(x, out, sgn, step, e_int, eb, mode, otype, lo, hi, three, codes, c
     return n, no
 
 
+_Q_BITS = np.uint64(0x1818181818181818)     # (``_quiet8``: NB = 24 in every byte)
+_Q_B3 = np.uint64(0x0808080808080808)
+
+
+@scalar
+def _quiet8(w):
+    """Whether each of the 8 contexts (bytes) in word ``w`` is 0 or NB: bucket 0 (no bit
+    but those of 24 set, and bits 3 and 4 of each byte equal; in any byte order)."""
+    return (w & ~_Q_BITS) == 0 and ((w >> np.uint64(1)) ^ w) & _Q_B3 == 0
+
+
 @jit
 def runs_apply(codes, ctx, W, limit):
     """Run coding of a prequantized Lorenzo coding (``codes``, ``ctx``: rows of ``W``
@@ -515,30 +527,55 @@ def runs_apply(codes, ctx, W, limit):
     stack at 1e-3, 32-63% of the codes are left). Bounding a run by its stretch keeps
     the contexts of the points past it: runs that went on past the stretch, their
     length coded as is, made smoke's windows 1.003-1.029x as large; these make them
-    0.97-0.995x."""
+    0.97-0.995x.
+
+    A row's points are read 8 at a time where they are quiet and aligned (their contexts
+    as one 64-bit word, their codes as four), and the symbol limit is checked once a row
+    (its buffer holds a row's symbols past it): 1.7x as fast on smoke at 1e-3."""
+    if NB != 24:
+        raise AssertionError("runs_apply: _quiet8 is written for NB = 24")
     n = codes.size
     if W < 1 or n % W or limit < 0:
         return np.empty(0, np.int32), np.empty(0, np.uint8), -1
-    cap = min(limit, n + n // 2 + 2 * (n // W) + 2)
-    oc = np.empty(cap + 2, np.int32)
-    ox = np.empty(cap + 2, np.uint8)
+    cap = min(limit, n + n // 2 + 2 * (n // W) + 2) + 2 * W + 2     # (a point makes at
+    #                                                                  most two symbols)
+    oc = np.empty(cap, np.int32)
+    ox = np.empty(cap, np.uint8)
+    c64 = codes.view(np.uint64) if n % 2 == 0 else codes[:0].view(np.uint64)
+    x64 = ctx[:n - n % 8].view(np.uint64)
+    wide = c64.size > 0
     m = 0
     for r0 in range(0, n, W):
+        if m > limit:
+            return oc, ox, -1
+        e = r0 + W
         x = 0
         while x < W:
-            if m > limit:       # (a point makes at most two: the buffer holds them)
-                return oc, ox, -1
             i = r0 + x
             c = ctx[i]
             if (c == 0 or c == NB) and (x == 0 or codes[i - 1] == 0):   # (bucket 0)
                 # its first r codes 0 (one scan), then the rest of the stretch
                 j = i
-                e = r0 + W
-                while j < e and codes[j] == 0 and (ctx[j] == 0 or ctx[j] == NB):
-                    j += 1
+                while True:
+                    if wide and j & 7 == 0 and j + 8 <= e:
+                        h = j >> 1
+                        if _quiet8(x64[j >> 3]) and (c64[h] | c64[h + 1] | c64[h + 2]
+                                                     | c64[h + 3]) == 0:
+                            j += 8
+                            continue
+                    if j < e and codes[j] == 0 and (ctx[j] == 0 or ctx[j] == NB):
+                        j += 1
+                        continue
+                    break
                 k = j
-                while k < e and (ctx[k] == 0 or ctx[k] == NB):
-                    k += 1
+                while True:
+                    if k & 7 == 0 and k + 8 <= e and _quiet8(x64[k >> 3]):
+                        k += 8
+                        continue
+                    if k < e and (ctx[k] == 0 or ctx[k] == NB):
+                        k += 1
+                        continue
+                    break
                 s = k - j           # L - r
                 oc[m] = (s >> 1) ^ -(s & 1)
                 ox[m] = RUN_ROW if x == 0 else RUN_MID
