@@ -706,7 +706,19 @@ def value_range(stack: Any, chunk: int = 64,
                 progress: Callable[[int], None] | None = None) -> tuple[float, float]:
     """(min, max) over the finite values, streaming; (0, 0) if there are none. Reads at
     most ``chunk`` frames and at most about 4M values at a time."""
+    return scan(stack, chunk, progress, integers=False)[:2]
+
+
+_INTEGRAL_BLOCK = 1 << 16
+
+
+def scan(stack: Any, chunk: int = 64, progress: Callable[[int], None] | None = None,
+         integers: bool = True) -> tuple[float, float, bool]:
+    """``value_range``, and whether every value is finite and an integer (floats: in
+    blocks of 4K values growing to 64K, none after the first that holds another value:
+    a float stack pays for a few thousand; integer types: True)."""
     lo, hi = math.inf, -math.inf
+    integral = integers
     chunk = max(1, min(chunk, (1 << 22) // max(1, math.prod(stack.shape[1:]))))
     for t0 in range(0, stack.shape[0], chunk):
         x = stack.read(t0, min(stack.shape[0], t0 + chunk))
@@ -715,12 +727,20 @@ def value_range(stack: Any, chunk: int = 64,
             if x.dtype.kind == "f" and not (math.isfinite(a) and math.isfinite(b)):
                 # a NaN makes both NaN and an infinity shows as one: only then, a pass to
                 # drop the values that are not finite (two passes instead of four)
+                integral = False
                 x = x[np.isfinite(x)]
                 a, b = (float(x.min()), float(x.max())) if x.size else (lo, hi)
             lo, hi = min(lo, a), max(hi, b)
+            if integral and x.dtype.kind == "f":
+                flat = x.reshape(-1)
+                i, size = 0, _INTEGRAL_BLOCK >> 4
+                while integral and i < flat.size:
+                    block = flat[i:i + size]
+                    integral = bool(np.array_equal(block, np.rint(block)))
+                    i, size = i + size, min(2 * size, _INTEGRAL_BLOCK)
         if progress:
             progress(0)
-    return (lo, hi) if lo <= hi else (0.0, 0.0)
+    return ((lo, hi) if lo <= hi else (0.0, 0.0)) + (integral,)
 
 
 @dataclass
@@ -888,14 +908,27 @@ def tune_stack(stack: Any, options: Options,
     shape = tuple(int(s) for s in stack.shape)
     dtype = np.dtype(stack.dtype)
     check_stack(shape, dtype)
-    if vrange is None:
-        vrange = (0.0, 0.0)
-        if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
-            vrange = value_range(stack)
-    qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
+    qp, vrange = _resolve_stack(stack, options, dtype, vrange)
     wlen = window_length(options.window, math.prod(shape[1:]))
     classical = _classical(options)
     return Tuning(_tune_on(stack.read(*_head(shape, wlen)), qp, classical).finalists)
+
+
+def _resolve_stack(stack: Any, options: Options, dtype: np.dtype,
+                   vrange: tuple[float, float] | None
+                   ) -> tuple[QuantParams, tuple[float, float]]:
+    """The stack's grid and value range (``vrange``, where given: then its values are
+    not read, and a float stack of integers is coded as floats, as every part of it is
+    given that range: the shards of ``tezip prepare`` and the pieces of a shard must
+    agree)."""
+    integral = False
+    if vrange is None:
+        vrange = (0.0, 0.0)
+        if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
+            lo, hi, integral = scan(stack, integers=dtype.kind == "f")
+            vrange = (lo, hi)
+    vr = (float(vrange[0]), float(vrange[1]))
+    return resolve(options.bound, dtype, vr, integral=integral), vr
 
 
 def _head(shape: tuple[int, ...], wlen: int) -> tuple[int, int]:
@@ -920,11 +953,7 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
     shape = tuple(int(s) for s in stack.shape)
     dtype = np.dtype(stack.dtype)
     check_stack(shape, dtype)
-    if vrange is None:
-        vrange = (0.0, 0.0)
-        if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
-            vrange = value_range(stack)
-    qp = resolve(options.bound, dtype, (float(vrange[0]), float(vrange[1])))
+    qp, vrange = _resolve_stack(stack, options, dtype, vrange)
     classical = _classical(options)
     if tuning is not None and (
             (tuning.finalists is None and _tunes(qp, classical))

@@ -127,11 +127,22 @@ def relative_bound(rel: float, value_range: float | tuple[float, float]) -> floa
     return math.nextafter(eb, 0.0) if Fraction(eb) > exact else eb
 
 
+#: the largest magnitude up to which every integer is a value of the float type
+EXACT_INTEGERS = {"float32": 2.0**24, "float64": 2.0**53}
+
+
 def resolve(bound: ErrorBound, dtype: np.dtype,
-            value_range: float | tuple[float, float]) -> QuantParams:
+            value_range: float | tuple[float, float], integral: bool = False) -> QuantParams:
     """Turn the user's bound into grid parameters for this stack (``value_range``: (min,
     max) over the finite values, or their difference; 0 for a constant or all-NaN
-    stack). The enforced absolute bound never exceeds the exact one asked for."""
+    stack). The enforced absolute bound never exceeds the exact one asked for.
+    ``integral``: every value of a float stack is finite and an integer (``value_range``
+    then (min, max)); where its bound is an integer e >= 1 and at most half more, it is
+    coded as integers are (kind "int", bins of 2e + 1 integers, reconstructions that are
+    integers), when every integer it may reconstruct is a value of its type. Its own grid
+    (bins 2e wide, around predictions that are not integers) covers 2e or 2e + 1 of them:
+    detector counts in float32 coded 3.2x as large as in uint16 at abs 2, 1.15x at rel
+    1e-4; at abs 1.9, where the integers' bins are 1.58x narrower, 0.97x."""
     name = check_dtype(dtype)
     is_int = name in INT_DTYPES
     if bound.mode == "lossless":
@@ -145,6 +156,11 @@ def resolve(bound: ErrorBound, dtype: np.dtype,
     if bound.mode in ("rel", "absrel"):
         candidates.append(relative_bound(float(bound.rel), value_range))  # type: ignore[arg-type]
     eb = min(candidates)
+    if integral and not is_int and isinstance(value_range, tuple):
+        e = math.floor(min(eb, _MAX_INT_EB))
+        top = max(abs(float(value_range[0])), abs(float(value_range[1])))
+        if e >= 1 and eb - e <= 0.5 and top <= EXACT_INTEGERS[name] - (2 * e + 1):
+            return QuantParams("int", name, step=float(2 * e + 1), eb=float(e))
     if is_int:
         e = math.floor(min(eb, _MAX_INT_EB))  # beyond any integer range: same result
         if e < 1:

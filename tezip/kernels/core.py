@@ -517,7 +517,14 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
                 return np.int64(kf), o, o, True
         return np.int64(0), xo, xo, False
     if mode == MODE_FLOAT:
-        kf = np.floor((xo - pt) * inv + 0.5)
+        t = (xo - pt) * inv
+        kf = np.floor(t + 0.5)
+        # a tie (t = n + 1/2, n >= 0: both codes are within the bound) goes to n, toward
+        # 0, as the negative ones do: integer values under an integer bound tie wherever
+        # the prediction is an integer, and rounded up each tie made a reconstruction
+        # off by the whole bound, whose neighbours then missed theirs (detector counts
+        # in float32 at abs 2 coded 6x as large as the same counts in uint16)
+        kf -= pick((kf - t == 0.5) & (kf > 0.0), 1.0, 0.0)
         if abs(kf) <= KMAX:
             o = to_out(pt + kf * step, otype, lo, hi)
             if within(xo, o, eb):

@@ -1,0 +1,130 @@
+"""Float stacks whose values are all integers (detector counts saved as float32) are
+coded as integers are (``quantize.resolve``'s ``integral``, found by ``codec.scan``),
+where their bound is an integer e >= 1 and at most half more: the header's grid is of
+kind "int", every value stays within the bound, and the files are smaller; anything else
+is coded on the float grid, as before."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from exact import check_bound
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tezip
+from tezip import codec
+from tezip.codec import Options
+from tezip.quantize import EXACT_INTEGERS, ErrorBound, resolve
+
+
+def _counts(shape: tuple[int, ...], lam: float = 0.5, seed: int = 3,
+            dtype: str = "float32") -> np.ndarray:
+    """Dark frames: 100 + Poisson counts, as floats."""
+    r = np.random.default_rng(seed)
+    return (100 + r.poisson(lam, shape)).astype(dtype)
+
+
+def _kind(blob: bytes) -> dict:
+    with tezip.open(blob) as f:
+        return f.header["quant"]
+
+
+class _Stack:
+    def __init__(self, a: np.ndarray) -> None:
+        self.a, self.shape, self.dtype = a, a.shape, a.dtype
+
+    def read(self, t0: int, t1: int) -> np.ndarray:
+        return self.a[t0:t1]
+
+
+@pytest.mark.parametrize("bound,kind,step", [(2.0, "int", 5.0), (2.5, "int", 5.0),
+                                             (1.0, "int", 3.0), (1.5, "int", 3.0),
+                                             (1.9, "float", 3.8), (0.9, "float", 1.8),
+                                             (0.5, "float", 1.0)])
+def test_the_grid_of_a_float_stack_of_integers(bound, kind, step):
+    qp = resolve(ErrorBound("abs", abs=bound), np.dtype("float32"), (0.0, 1000.0),
+                 integral=True)
+    assert (qp.kind, qp.step) == (kind, step)
+    assert qp.eb == (float(int(bound)) if kind == "int" else bound)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_integers_past_those_of_the_float_type_keep_the_float_grid(dtype):
+    top = EXACT_INTEGERS[dtype]
+    b = ErrorBound("abs", abs=2.0)
+    assert resolve(b, np.dtype(dtype), (0.0, top - 5), integral=True).kind == "int"
+    assert resolve(b, np.dtype(dtype), (-(top - 4), 0.0), integral=True).kind == "float"
+    # not known to be integers, or a range given as a difference: the float grid
+    assert resolve(b, np.dtype(dtype), (0.0, 10.0)).kind == "float"
+    assert resolve(b, np.dtype(dtype), 10.0, integral=True).kind == "float"
+
+
+def test_scan_finds_integers_and_what_is_not_one():
+    a = np.zeros((3, 200, 300), np.float32)       # zeros first: blocks grow past them
+    a[2, 150:] = 7.0
+    assert codec.scan(_Stack(a)) == (0.0, 7.0, True)
+    a[2, -1, -1] = 0.5                             # the very last value
+    assert codec.scan(_Stack(a))[2] is False
+    assert codec.scan(_Stack(a.astype(np.uint16)), integers=False)[2] is False
+    a[2, -1, -1] = np.nan
+    assert codec.scan(_Stack(a)) == (0.0, 7.0, False)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_counts_in_floats_code_as_their_integers_do(dtype):
+    x = _counts((12, 96, 80), dtype=dtype)
+    blob = tezip.compress(x, mode="abs", bound=2, predictor="classical")
+    assert _kind(blob) == {"dtype": dtype, "eb": 2.0, "kind": "int", "step": 5.0}
+    y = tezip.decompress(blob)
+    check_bound(x, y, "abs", 2.0)
+    assert np.array_equal(y, np.rint(y))
+    as_ints = tezip.compress(x.astype(np.uint16), mode="abs", bound=2, predictor="classical")
+    # (the same codes: the header and the windows' checksums of float outputs differ)
+    assert abs(len(blob) - len(as_ints)) < 200
+
+
+def test_counts_in_floats_are_smaller_than_on_the_float_grid(monkeypatch):
+    x = _counts((16, 128, 128))
+    blob = tezip.compress(x, mode="abs", bound=2, predictor="classical")
+    real = codec.scan
+    monkeypatch.setattr(codec, "scan", lambda stack, *a, **k: real(stack, integers=False))
+    floats = tezip.compress(x, mode="abs", bound=2, predictor="classical")
+    assert _kind(floats)["kind"] == "float" and _kind(blob)["kind"] == "int"
+    assert len(blob) < 0.5 * len(floats)
+
+
+def test_one_value_that_is_not_an_integer_keeps_the_float_grid():
+    x = _counts((8, 64, 64))
+    x[-1, -1, -1] += 0.25
+    blob = tezip.compress(x, mode="abs", bound=2, predictor="classical")
+    assert _kind(blob)["kind"] == "float"
+    check_bound(x, tezip.decompress(blob), "abs", 2.0)
+
+
+def test_a_given_value_range_keeps_the_float_grid():
+    # (the shards of ``tezip prepare`` and the pieces of a shard share a range given
+    # to them, and must share their grid: they are not read for it)
+    x = _counts((8, 64, 64))
+    opts = Options(bound=ErrorBound("abs", abs=2.0), predictor="classical")
+    out = io.BytesIO()
+    codec.compress_stack(_Stack(x), None, opts, fileobj=out, vrange=(100.0, 110.0))
+    assert _kind(out.getvalue())["kind"] == "float"
+    codec.tune_stack(_Stack(x), opts, vrange=(100.0, 110.0))     # (the same grid)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(["float32", "float64"]), st.sampled_from(["abs", "rel", "absrel"]),
+       st.floats(1.0, 6.5), st.floats(1e-4, 0.05), st.integers(-3000, 3000),
+       st.sampled_from(["classical", "interp", "lorenzo", "auto"]),
+       st.integers(0, 2**31 - 1))
+def test_integers_in_floats_keep_their_bound(dtype, mode, bound, rel, offset, predictor,
+                                             seed):
+    r = np.random.default_rng(seed)
+    x = (offset + np.cumsum(r.integers(-3, 4, (6, 20, 24)), axis=0)).astype(dtype)
+    kw = {"abs": {"bound": bound}, "rel": {"bound": rel},
+          "absrel": {"bound": bound, "rel_bound": rel}}[mode]
+    y = tezip.decompress(tezip.compress(x, mode=mode, predictor=predictor, **kw))
+    check_bound(x, y, mode, kw["bound"], kw.get("rel_bound"))
