@@ -555,6 +555,23 @@ def test_a_large_window_whose_runs_code_larger_is_written_without_them(monkeypat
     assert tezip.compress(x, **kw) == plain
 
 
+def test_hot_pixels_whose_low_bits_compress_are_written_without_runs(monkeypatch):
+    # (1% of pixels hot, the same in every frame: the plain coding's low bits compress
+    # in the file, which a sample's short stream does not show; a break-test's case)
+    r = np.random.default_rng(0)
+    x = 100 + r.poisson(0.1, (33, 256, 256))
+    x = (x + ((r.random((256, 256)) < 0.01) * r.integers(1000, 4000, (256, 256)))[None]
+         ).astype(np.uint16)
+    kw = {"mode": "abs", "bound": 1, "predictor": "interp"}
+    forced = tezip.compress(x, **kw)
+    plain = _without_runs(monkeypatch, x, **kw)
+    assert all(c.get("r") == 1 for c in _cfgs(forced))
+    assert len(forced) > 1.1 * len(plain) > RUN_CHECK_BYTES
+    monkeypatch.setattr(codec, "RUN_CHECK_BYTES", RUN_CHECK_BYTES)
+    monkeypatch.setattr(classical, "RUN_SAMPLE", RUN_SAMPLE)
+    assert tezip.compress(x, **kw) == plain
+
+
 @pytest.mark.parametrize("pred", ["interp", "lorenzo"])
 def test_doubted_runs_are_kept_where_they_code_smaller(monkeypatch, pred):
     # sparse events: runs make them smaller; a doubt (forced here) codes both, keeps runs
@@ -568,14 +585,14 @@ def test_doubted_runs_are_kept_where_they_code_smaller(monkeypatch, pred):
     monkeypatch.setattr(codec, "RUN_CHECK_BYTES", RUN_CHECK_BYTES)
     monkeypatch.setattr(classical, "RUN_SAMPLE", RUN_SAMPLE)
     asked = []
-    monkeypatch.setattr(classical, "_runs_larger", lambda *a: asked.append(1) or True)
+    monkeypatch.setattr(classical, "_runs_doubtful", lambda *a: asked.append(1) or True)
     assert tezip.compress(x, **kw) == forced and asked
 
 
 def test_the_run_size_check_is_for_integer_data_only(monkeypatch):
     monkeypatch.setattr(classical, "RUN_SAMPLE", RUN_SAMPLE)
     asked = []
-    monkeypatch.setattr(classical, "_runs_larger", lambda *a: asked.append(1) or False)
+    monkeypatch.setattr(classical, "_runs_doubtful", lambda *a: asked.append(1) or False)
     x = _plume(16, 64, 128)
     blob = tezip.compress(x, mode="abs", bound=0.05, predictor="spatial")
     assert all(c.get("r") == 1 for c in _cfgs(blob)) and not asked

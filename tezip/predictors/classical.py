@@ -47,20 +47,23 @@ RUN_GAIN = 16       # an interpolation window is run-coded (format v7) where, be
 #                     decoded saves about 2 ns (fitted to speckle at 1e-2, 50 symbols a
 #                     run, 1.42x as fast; at 1e-3, 6.5 a run, 0.86x; smoke at 1e-4, 14
 #                     a run, 1.0x)
-RUN_SAMPLE = 1 << 16  # a run-coded window of integer data whose run coding, on a
+RUN_SAMPLE = 1 << 16  # a run-coded window on the integer grid whose run coding, on a
 #                     sample of about this many of its codes (every k-th row of points: a
-#                     row's runs depend on that row only), codes larger than the sample's
-#                     plain coding is coded both ways when written, the smaller kept
-#                     (``Coded.recheck``): runs chosen for speed made detector dark frames
-#                     (uint16, Poisson noise, abs 2) 1.18x as large
+#                     row's runs depend on that row only), may code larger than its plain
+#                     coding (``_runs_doubtful``) is coded both ways when written, the
+#                     smaller kept (``Coded.recheck``): runs chosen for speed made detector
+#                     dark frames (uint16, Poisson noise, abs 2) 1.18x as large
 #                     (``benchmarks/run_sizes.py``). The sample only raises the doubt: on
 #                     sparse events it favours the plain coding (each symbol present costs
 #                     the coder's table a unit of 4096, and a sample holds fewer), runs
 #                     0.47x as large read 0.90x on 64K codes, 0.99x on 32K (and
-#                     ``estimate_bits``, which prices no table, 1.24x). Not on floats: no
-#                     run-coded float window was seen larger with its runs (the shared
-#                     stacks at 1e-2..1e-4; dark frames in float32 are not run-coded),
-#                     and the check cost smoke's encoding 12-15%. 0: no check
+#                     ``estimate_bits``, which prices no table, 1.24x). Not on the float
+#                     grid: no run-coded window on it was seen larger with its runs (the
+#                     shared stacks at 1e-2..1e-4; dark frames in float32 were not
+#                     run-coded on it, and are now on the integer grid), and the check
+#                     cost smoke's encoding 12-15%. 0: no check
+RUN_LOW_SHARE = 1 / 3  # ... or where raw low bits are this share of the sample's plain
+#                        coding or more (they may compress in the file)
 
 
 def channels(x: np.ndarray) -> list[np.ndarray]:
@@ -297,7 +300,7 @@ class Interpolation(_Kernel):
             if m < 0 or n - m < RUN_GAIN * runs:
                 return codes, ctx, -1
             if sizes.check and RUN_SAMPLE:
-                sizes.doubt[0] = _runs_larger(*_interp_sample(c_codes, c_ctx, at), sizes)
+                sizes.doubt[0] = _runs_doubtful(*_interp_sample(c_codes, c_ctx, at), sizes)
             return codes, ctx, m
 
         sizes = _Sizes(coded, quant, KI.N_CTX_RUNS, KI.GROUPS_RUNS)
@@ -460,14 +463,14 @@ def _lorenzo_runs(coded: Coded, width: int, quant: Quantizer) -> Coded:
             pc = codes.reshape(-1, width)[::k].reshape(-1)
             px = ctx.reshape(-1, width)[::k].reshape(-1)
             sc, sx, sm = KL.runs_apply(pc, px, width, 2 * pc.size)
-            sizes.doubt[0] = _runs_larger(pc, px, sc[:sm], sx[:sm], sizes)
+            sizes.doubt[0] = _runs_doubtful(pc, px, sc[:sm], sx[:sm], sizes)
         return rc, rx, m
 
     return _with_runs(coded, quant, apply, sizes)
 
 
 class _Sizes:
-    """What ``_runs_larger`` codes a window's sample with: its plain coding's contexts
+    """What ``_runs_doubtful`` codes a window's sample with: its plain coding's contexts
     and groups, its run coding's, whether its codes mark outliers; whether to (integer
     data: ``RUN_SAMPLE``); and its verdict (``Coded.recheck``). Not the window's
     ``Coded``, which holds the closure that holds this."""
@@ -481,17 +484,28 @@ class _Sizes:
         self.doubt = [False]
 
 
-def _runs_larger(pc: np.ndarray, px: np.ndarray, rc: np.ndarray, rx: np.ndarray,
-                 sizes: _Sizes) -> bool:
-    """Whether the run coding (rc, rx) of a sample of a window's codes (pc, px) codes
-    larger than the sample itself, both coded by the entropy coder (their streams)."""
+def _runs_doubtful(pc: np.ndarray, px: np.ndarray, rc: np.ndarray, rx: np.ndarray,
+                   sizes: _Sizes) -> bool:
+    """Whether the run coding (rc, rx) of a sample of a window's codes (pc, px) may code
+    the window larger than its plain coding: it codes the sample larger (both coded by
+    the entropy coder, their streams), or the plain coding's raw low bits are
+    RUN_LOW_SHARE of it or more. The file stores a bit stream compressed where it
+    compresses (``payload.store``), which a sample's stream, a few hundred bytes from
+    rows far apart, does not show: the low bits of hot pixels, the same in every frame,
+    compressed to a third in the plain coding and to 0.6x with runs, and dark frames
+    with 1% of them hot coded 1.23x as large with runs (a break-test), while their
+    sample's run coding read 0.93x; their plain coding's low bits were 0.48-0.51 of its
+    sample, where the run-coded windows that are smaller with runs read 0-0.29."""
     from .. import entropy
 
-    def size(codes: np.ndarray, ctx: np.ndarray, n_ctx: int, groups: np.ndarray) -> int:
+    def size(codes: np.ndarray, ctx: np.ndarray, n_ctx: int,
+             groups: np.ndarray) -> tuple[int, int]:
         s = entropy.encode(codes, ctx, n_ctx, groups, sizes.outliers)
-        return len(s.words) + len(s.low)
+        return len(s.words), len(s.low)
 
-    return size(rc, rx, *sizes.runs) > size(pc, px, *sizes.plain)
+    words, low = size(pc, px, *sizes.plain)
+    return (sum(size(rc, rx, *sizes.runs)) > words + low
+            or low >= RUN_LOW_SHARE * (words + low))
 
 
 def _interp_sample(codes: np.ndarray, ctx: np.ndarray,
