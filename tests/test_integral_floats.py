@@ -128,3 +128,21 @@ def test_integers_in_floats_keep_their_bound(dtype, mode, bound, rel, offset, pr
           "absrel": {"bound": bound, "rel_bound": rel}}[mode]
     y = tezip.decompress(tezip.compress(x, mode=mode, predictor=predictor, **kw))
     check_bound(x, y, mode, kw["bound"], kw.get("rel_bound"))
+
+
+def test_a_tie_goes_toward_0_and_a_rounded_tie_stays_within_the_bound():
+    import math
+
+    from tezip.kernels.consts import MODE_FLOAT, OUT_F64
+    from tezip.kernels.core import quantize
+
+    # an exact tie: 102 against 100 under abs 2 (bins of 4): code 0, off by 2
+    k, o, _, ok = quantize(MODE_FLOAT, OUT_F64, 102.0, 100.0, 4.0, 0.25, 0.0, 2.0,
+                           -math.inf, math.inf, 1.0)
+    assert (k, o, ok) == (0, 100.0, True)
+    # a tie only after rounding, the residual past it: the code above, within the bound
+    # (a break-test's near-tie, which the tie rule alone made an outlier)
+    eb = 1.9330211843538387
+    k, o, _, ok = quantize(MODE_FLOAT, OUT_F64, 17.263233027892227, -4.0, 2 * eb,
+                           1 / (2 * eb), 0.0, eb, -math.inf, math.inf, 1.0)
+    assert ok and k == 6 and abs(o - 17.263233027892227) <= eb

@@ -519,12 +519,16 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
     if mode == MODE_FLOAT:
         t = (xo - pt) * inv
         kf = np.floor(t + 0.5)
-        # a tie (t = n + 1/2, n >= 0: both codes are within the bound) goes to n, toward
-        # 0, as the negative ones do: integer values under an integer bound tie wherever
+        # a tie (t = n + 1/2, n >= 0) goes to n, toward 0, as the negative ones do, where
+        # that is within the bound: integer values under an integer bound tie wherever
         # the prediction is an integer, and rounded up each tie made a reconstruction
-        # off by the whole bound, whose neighbours then missed theirs (detector counts
-        # in float32 at abs 2 coded 6x as large as the same counts in uint16)
-        kf -= pick((kf - t == 0.5) & (kf > 0.0), 1.0, 0.0)
+        # off by the whole bound, whose neighbours then missed theirs. (t may be a tie
+        # only after its rounding, the residual past it: then n + 1, as before; a
+        # break-test's near-ties made outliers of values 0.7.1 coded)
+        if kf - t == 0.5 and kf > 0.0 and kf <= KMAX:
+            o = to_out(pt + (kf - 1.0) * step, otype, lo, hi)
+            if within(xo, o, eb):
+                return np.int64(kf - 1.0), o, o, True
         if abs(kf) <= KMAX:
             o = to_out(pt + kf * step, otype, lo, hi)
             if within(xo, o, eb):
