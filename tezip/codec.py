@@ -537,8 +537,8 @@ def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
     symbols = coded.entropy_input(write=True)
     data = packed(symbols)
     if symbols[4] and (len(data) < RUN_CHECK_BYTES or coded.recheck[0]):
-        # a small run-coded window, or one whose runs coded a sample of it larger, is
-        # coded without its runs too, and the smaller kept
+        # a small run-coded window, or one whose runs may code it larger (its sample's
+        # verdict, ``Coded.recheck``), is coded without its runs too, the smaller kept
         data = min(data, packed(coded.entropy_input()), key=len)
     return data
 

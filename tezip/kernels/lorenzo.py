@@ -531,7 +531,8 @@ def runs_apply(codes, ctx, W, limit):
 
     A row's points are read 8 at a time where they are quiet and aligned (their contexts
     as one 64-bit word, their codes as four), and the symbol limit is checked once a row
-    (its buffer holds a row's symbols past it): 1.7x as fast on smoke at 1e-3."""
+    (its buffer holds a row's symbols past it): on a smoke window at 1e-3, 0.56 to 0.31
+    ms alone, 0.62 to 0.50 ms inside compression (median)."""
     if NB != 24:
         raise AssertionError("runs_apply: _quiet8 is written for NB = 24")
     n = codes.size
