@@ -299,8 +299,7 @@ class Interpolation(_Kernel):
             codes, ctx, m, runs = KI.runs_apply(c_codes, c_ctx, at, limit)
             if m < 0 or n - m < RUN_GAIN * runs:
                 return codes, ctx, -1
-            if sizes.check and RUN_SAMPLE:
-                sizes.doubt[0] = _runs_doubtful(*_interp_sample(c_codes, c_ctx, at), sizes)
+            sizes.judge(lambda: _interp_sample(c_codes, c_ctx, at))
             return codes, ctx, m
 
         sizes = _Sizes(coded, quant, KI.N_CTX_RUNS, KI.GROUPS_RUNS)
@@ -458,12 +457,8 @@ def _lorenzo_runs(coded: Coded, width: int, quant: Quantizer) -> Coded:
 
     def apply(limit: int) -> tuple[np.ndarray, np.ndarray, int]:
         rc, rx, m = KL.runs_apply(codes, ctx, width, limit)
-        if m >= 0 and sizes.check and RUN_SAMPLE:
-            k = max(1, codes.size // width // max(1, RUN_SAMPLE // width))
-            pc = codes.reshape(-1, width)[::k].reshape(-1)
-            px = ctx.reshape(-1, width)[::k].reshape(-1)
-            sc, sx, sm = KL.runs_apply(pc, px, width, 2 * pc.size)
-            sizes.doubt[0] = _runs_doubtful(pc, px, sc[:sm], sx[:sm], sizes)
+        if m >= 0:
+            sizes.judge(lambda: _lorenzo_sample(codes, ctx, width))
         return rc, rx, m
 
     return _with_runs(coded, quant, apply, sizes)
@@ -482,6 +477,12 @@ class _Sizes:
         self.outliers = coded.has_outliers
         self.check = quant.mode == MODE_INT
         self.doubt = [False]
+
+    def judge(self, sample: Callable[[], tuple[np.ndarray, ...]]) -> None:
+        """Sets the verdict on a run-coded window from ``sample()``: (its sample's
+        codes, contexts, their run coding's codes, contexts)."""
+        if self.check and RUN_SAMPLE:
+            self.doubt[0] = _runs_doubtful(*sample(), self)
 
 
 def _runs_doubtful(pc: np.ndarray, px: np.ndarray, rc: np.ndarray, rx: np.ndarray,
@@ -508,18 +509,29 @@ def _runs_doubtful(pc: np.ndarray, px: np.ndarray, rc: np.ndarray, rx: np.ndarra
             or low >= RUN_LOW_SHARE * (words + low))
 
 
+def _lorenzo_sample(codes: np.ndarray, ctx: np.ndarray,
+                    width: int) -> tuple[np.ndarray, ...]:
+    """Every k-th row (``width`` codes) of a Lorenzo coding, about RUN_SAMPLE codes, and
+    their run coding."""
+    k = max(1, codes.size // width // max(1, RUN_SAMPLE // width))
+    pc = codes.reshape(-1, width)[::k].reshape(-1)
+    px = ctx.reshape(-1, width)[::k].reshape(-1)
+    sc, sx, sm = KL.runs_apply(pc, px, width, 2 * pc.size)
+    return pc, px, sc[:sm], sx[:sm]
+
+
 def _interp_sample(codes: np.ndarray, ctx: np.ndarray,
                    at: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Every k-th row of points (from ``segments``: starting at ``at``) of an
-    interpolation coding, about RUN_SAMPLE codes, and their run coding."""
+    """Every k-th row of points (from ``segments``: starting at ``at``, not empty: a
+    window is run-coded only past its head) of an interpolation coding, about
+    RUN_SAMPLE codes, and their run coding."""
     n = codes.size
     ends = np.append(at[1:], n)
-    k = max(1, int(n - (at[0] if at.size else n)) // RUN_SAMPLE)
-    pick = np.arange(0, at.size, k)
+    k = max(1, int(n - at[0]) // RUN_SAMPLE)
     if k == 1:
-        pc, px = codes[at[0]:] if at.size else codes[:0], ctx[at[0]:] if at.size else ctx[:0]
-        starts = at - (at[0] if at.size else 0)
+        pc, px, starts = codes[at[0]:], ctx[at[0]:], at - at[0]
     else:
+        pick = np.arange(0, at.size, k)
         pc = np.concatenate([codes[at[i]:ends[i]] for i in pick])
         px = np.concatenate([ctx[at[i]:ends[i]] for i in pick])
         starts = np.concatenate(([0], np.cumsum(ends[pick] - at[pick])[:-1]))
