@@ -36,7 +36,7 @@ from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_l
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.7.2"
+__version__ = "0.7.3"
 DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
 #                            interpolation's anchor grid (32 apart), so no frame is
 #                            extrapolated in time (windows of 32 coded two smooth fields
