@@ -528,10 +528,13 @@ def quantize(mode, otype, xo, pt, step, inv, e_int, eb, lo, hi, sg):
             # under a bound of 1/2 tie wherever the prediction is a half-integer, and
             # rounded up each tie made a reconstruction off by the whole bound, whose
             # neighbours then missed theirs. (t may be a tie only after its rounding,
-            # the residual past it: then n + 1, as before.) Tested here, after the
-            # common case, not before it: tested first, LLVM put the test of kf's sign
-            # first, a branch that went either way at random (a quarter of iris's codes
-            # are positive), and encoding iris took 2.5x as long in this kernel
+            # the residual past it: then n + 1, as before.) A tie whose code above is
+            # inside the bound keeps it, as before 0.7.2: every tie at a level whose
+            # step is under 2 eb (``ab``), and where the reconstruction's rounding
+            # lands inside. Tested here, after the common case: tested first (0.7.2),
+            # LLVM put the test of kf's sign first, a branch that went either way at
+            # random (a quarter of iris's codes are positive), and encoding iris took
+            # 2.5x as long in this kernel
             if kf - t == 0.5 and kf > 0.0:
                 o1 = to_out(pt + (kf - 1.0) * step, otype, lo, hi)
                 if within(xo, o1, eb):
