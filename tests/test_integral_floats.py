@@ -7,6 +7,7 @@ is coded on the float grid, as before."""
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -113,6 +114,93 @@ def test_a_given_value_range_keeps_the_float_grid():
     codec.compress_stack(_Stack(x), None, opts, fileobj=out, vrange=(100.0, 110.0))
     assert _kind(out.getvalue())["kind"] == "float"
     codec.tune_stack(_Stack(x), opts, vrange=(100.0, 110.0))     # (the same grid)
+
+
+def test_a_given_range_of_integers_codes_every_part_on_the_integer_grid(tmp_path):
+    # a shard's pieces, given the range and the flag of the whole source, code as the
+    # whole does, and the pieces joined are the whole's file
+    from tezip.dataset import shards
+
+    x = _counts((48, 40, 36), lam=3.0)
+    opts = Options(bound=ErrorBound("abs", abs=2.0), predictor="classical", window=16)
+    vr = (float(x.min()), float(x.max()))
+    whole = tmp_path / "whole.tez"
+    codec.compress_stack(_Stack(x), whole, opts, vrange=vr, integral=True)
+    assert _kind(whole.read_bytes())["kind"] == "int"
+    tuning = codec.tune_stack(_Stack(x), opts, vr, integral=True)
+    parts = []
+    for i, (t0, t1) in enumerate([(0, 16), (16, 48)]):
+        p = tmp_path / f".piece-{i}.tez"
+        codec.compress_stack(_Stack(x[t0:t1]), p, opts, vrange=vr, integral=True,
+                             tuning=tuning)
+        parts.append(p)
+    shards.assemble(tmp_path / "joined.tez", parts)
+    assert (tmp_path / "joined.tez").read_bytes() == whole.read_bytes()
+    y = tezip.decompress((tmp_path / "joined.tez").read_bytes())
+    check_bound(x, y, "abs", 2.0)
+    assert np.array_equal(y, np.rint(y))
+    with pytest.raises(tezip.TezipError, match="integral"):
+        codec.compress_stack(_Stack(x), None, opts, fileobj=io.BytesIO(), vrange=vr,
+                             integral=1)
+
+
+def test_parts_say_whether_their_source_is_all_integers():
+    from tezip.dataset import plan, shards
+
+    a = _counts((10, 8, 8))
+    assert shards.part_range(_Stack(a)) == [100.0, float(a.max()), True]
+    b = a.copy()
+    b[3, 2, 1] = 100.5
+    assert shards.part_range(_Stack(b))[2] is False
+    assert shards.part_range(_Stack(a.astype(np.uint16)))[2] is False   # (not floats)
+    assert shards.part_range(_Stack(np.full((2, 3, 3), np.nan, np.float32))) is None
+    ints, frac = [100.0, 104.0, True], [99.5, 101.0, False]
+    assert shards.merge_parts(ints, [90.0, 101.0, True]) == [90.0, 104.0, True]
+    assert shards.merge_parts(ints, frac) == [99.5, 104.0, False]
+    # a part with no finite value leaves the range as it is, but is no integer
+    assert shards.merge_parts(ints, None) == [100.0, 104.0, False]
+    assert shards.merge_parts(None, None) is None
+    infos = [plan.SourceInfo((10, 8, 8), "float32", None, (0, 0)),
+             plan.SourceInfo((10, 8, 8), "float32", None, (0, 0)),
+             plan.SourceInfo((10, 8, 8), "uint16", None, (0, 0))]
+    sh = [plan.Shard(0, 0, 0, 5, 320), plan.Shard(1, 0, 5, 10, 320),
+          plan.Shard(2, 1, 0, 10, 640), plan.Shard(3, 2, 0, 10, 320)]
+    parts = {0: ints, 1: ints, 2: [1.0, 2.0], 3: [1.0, 2.0, False]}
+    assert shards.combine_integral(sh, infos, parts) == [True, False, False]
+    assert shards.combine_integral(sh, infos, {**parts, 1: None}) == [False, False, False]
+
+
+def test_prepare_codes_a_float_data_set_of_counts_on_the_integer_grid(tmp_path):
+    from tezip.dataset import config
+    from tezip.dataset import prepare as prep
+    from tezip.dataset.comm import SerialComm
+
+    d = tmp_path / "in"
+    d.mkdir()
+    counts = _counts((40, 32, 32), lam=2.0)
+    frac = counts.copy()
+    frac[-1, 0, 0] += 0.25
+    np.save(d / "counts.npy", counts)
+    np.save(d / "frac.npy", frac)
+    cfg = config.PrepareConfig((str(d / "counts.npy"), str(d / "frac.npy")), tmp_path / "out",
+                               codec=config.CodecConfig("abs", 2.0, predictor="classical",
+                                                        window=10),
+                               shard_size_mb=0.002, progress=False)   # 4 shards a source
+    prep.prepare(cfg, SerialComm())
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    kinds: dict[str, set[str]] = {}
+    for e in manifest["shards"]:
+        name = e["source"].rsplit("/", 1)[-1]
+        with tezip.open(tmp_path / "out" / e["file"]) as f:
+            kinds.setdefault(name, set()).add(f.header["quant"]["kind"])
+            y = f[:]
+        t0, t1 = e["source_frames"]
+        check_bound((counts if name == "counts.npy" else frac)[t0:t1], y, "abs", 2.0)
+    assert kinds == {"counts.npy": {"int"}, "frac.npy": {"float"}}, kinds
+    assert len(manifest["shards"]) == 8
+    # the frames of a source are split over shards: its first shard is the start of it
+    alone = tezip.compress(counts[:20], mode="abs", bound=2, predictor="classical")
+    assert _kind(alone)["kind"] == "int"
 
 
 @settings(max_examples=25, deadline=None)

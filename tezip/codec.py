@@ -36,7 +36,7 @@ from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_l
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.7.3"
+__version__ = "0.7.4"
 DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
 #                            interpolation's anchor grid (32 apart), so no frame is
 #                            extrapolated in time (windows of 32 coded two smooth fields
@@ -956,26 +956,28 @@ def _tune_on(head: np.ndarray, qp: QuantParams, classical: tuple[str, ...],
 
 
 def tune_stack(stack: Any, options: Options,
-               vrange: tuple[float, float] | None = None) -> Tuning:
-    """What ``compress_stack(stack, ..., vrange=vrange)`` tunes on its first window: pass
-    it to the compression of later frames of the same stack to code them the same way."""
+               vrange: tuple[float, float] | None = None, integral: bool = False) -> Tuning:
+    """What ``compress_stack(stack, ..., vrange=vrange, integral=integral)`` tunes on its
+    first window: pass it to the compression of later frames of the same stack to code
+    them the same way."""
     shape = tuple(int(s) for s in stack.shape)
     dtype = np.dtype(stack.dtype)
     check_stack(shape, dtype)
-    qp, vrange = _resolve_stack(stack, options, dtype, vrange)
+    qp, vrange = _resolve_stack(stack, options, dtype, vrange, integral)
     wlen = window_length(options.window, math.prod(shape[1:]))
     classical = _classical(options)
     return Tuning(_tune_on(stack.read(*_head(shape, wlen)), qp, classical).finalists)
 
 
 def _resolve_stack(stack: Any, options: Options, dtype: np.dtype,
-                   vrange: tuple[float, float] | None
+                   vrange: tuple[float, float] | None, integral: bool = False
                    ) -> tuple[QuantParams, tuple[float, float]]:
     """The stack's grid and value range (``vrange``, where given: then its values are
-    not read, and a float stack of integers is coded as floats, as every part of it is
-    given that range: the shards of ``tezip prepare`` and the pieces of a shard must
-    agree)."""
-    integral = False
+    not read, and ``integral`` says whether they are all finite integers, as ``scan``
+    finds, over the whole of which the stack is a part: the shards of ``tezip prepare``
+    and the pieces of a shard must agree on their grid)."""
+    if not isinstance(integral, bool):
+        raise OptionError(f"integral must be True or False, not {integral!r}")
     if vrange is None:
         vrange = (0.0, 0.0)
         if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
@@ -998,17 +1000,20 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
                    force: bool = False, fileobj: Any = None,
                    progress: Callable[[int], None] | None = None,
                    vrange: tuple[float, float] | None = None,
+                   integral: bool = False,
                    tuning: Tuning | None = None) -> Stats:
     """Compress a reader (``shape``, ``dtype``, ``read(t0, t1)``, ``metadata``) into a .tez
     file at ``out`` (atomically) or into ``fileobj``. ``vrange`` (min, max of the finite
     values) overrides the stack's own, e.g. so that every shard of a larger stack resolves a
-    relative bound against the whole stack's range. ``tuning`` (from ``tune_stack``)
+    relative bound against the whole stack's range; ``integral`` goes with it: whether
+    every value of that larger stack is a finite integer (``scan``), so that a float stack
+    of integers is coded on the integer grid in every part. ``tuning`` (from ``tune_stack``)
     overrides the tuning on this stack's first window, e.g. so that the pieces of one
     shard, encoded apart, write the same bytes as the whole shard."""
     shape = tuple(int(s) for s in stack.shape)
     dtype = np.dtype(stack.dtype)
     check_stack(shape, dtype)
-    qp, vrange = _resolve_stack(stack, options, dtype, vrange)
+    qp, vrange = _resolve_stack(stack, options, dtype, vrange, integral)
     classical = _classical(options)
     if tuning is not None and (
             (tuning.finalists is None and _tunes(qp, classical))

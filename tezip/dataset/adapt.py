@@ -39,7 +39,8 @@ def _local_data(run: Any, comm: Comm) -> tuple[list[np.ndarray], list[float]]:
         t = max(2, min(info.shape[0], budget // max(1, frame)))
         stacks.append(np.asarray(run.stack(i).read(0, t)))
         vr = run.vranges[i] if run.vranges[i] is not None else (0.0, 0.0)
-        qp = resolve(run.options.bound, np.dtype(info.dtype), (float(vr[0]), float(vr[1])))
+        qp = resolve(run.options.bound, np.dtype(info.dtype), (float(vr[0]), float(vr[1])),
+                     integral=run.integral[i])
         ebs.append(qp.eb if qp.kind in ("float", "int") else 0.5)
     return stacks, ebs
 

@@ -43,7 +43,8 @@ class Encoder:
         self.failure: Failure | None = None
         # shards kept: reused ones whose value range is still the one they were written with
         self.kept = {s for s, old in reuse.items()
-                     if old.get("vrange") == _as_list(run.vranges[run.shards[s].source])}
+                     if old.get("vrange") == _as_list(run.vranges[run.shards[s].source])
+                     and old.get("integral", False) == run.integral[run.shards[s].source]}
         resume_owner = assign([s.raw_bytes for s in run.shards], comm.size)
         for s in sorted(self.kept):
             if resume_owner[s] == comm.rank:
@@ -167,10 +168,11 @@ class Encoder:
             tuning = self.tunings.get(shard.index)
             if tuning is None:
                 tuning = tune_stack(run.view(shard, shard.t0, shard.t1), run.options,
-                                    run.vranges[shard.source])
+                                    run.vranges[shard.source], run.integral[shard.source])
                 self.tunings[shard.index] = tuning
         res = sh.encode_piece(piece, run.view(shard, piece.t0, piece.t1), path, run.options,
-                              run.vranges[shard.source], step, tuning)
+                              run.vranges[shard.source], step, tuning,
+                              run.integral[shard.source])
         run.stats.pieces += 1
         run.stats.raw_bytes += res.raw_bytes
         run.stats.compressed_bytes += res.bytes

@@ -14,9 +14,11 @@ How a run goes (every rank runs the same code; rank 0 also talks to the user)::
              piece is a whole shard)
     resume   each rank checks the sidecars of its share of the shards; allgather
     range    the pieces of the shards to write are split over ranks by bytes; each rank
-             computes the min/max of its pieces (codec.value_range); allgather. A
-             source's value range is the min/max over all its parts, so a relative bound
-             means the same in every shard whatever the number of ranks
+             computes the min/max of its pieces and whether a float piece is all finite
+             integers (codec.scan); allgather. A source's value range is the min/max
+             over all its parts, so a relative bound means the same in every shard
+             whatever the number of ranks; a float source all of whose parts are
+             integers is coded on the integer grid in every shard
     encode   pieces go to ranks as the ranks become free: every rank starts with two, and
              asks rank 0 for the next one when it starts its last (rank 0 answers between
              windows of its own work), largest pieces first. A whole-shard piece is
@@ -154,7 +156,7 @@ class Run:
         self.shards: list[Shard] = []
         self.pieces: list[Piece] = []
         self.keys: dict[int, Any] = {}
-        self.parts: dict[int, list[float] | None] = {}     # by shard
+        self.parts: dict[int, list | None] = {}     # by shard
         self.vranges: list[tuple[float, float] | None] = []
         self._stacks: OrderedDict[int, Any] = OrderedDict()
         self.model: Any = None          # --adapt: the data set's model, once known
@@ -282,7 +284,7 @@ class Run:
         todo = [p for p in self.pieces if p.shard not in reuse
                 and sh.needs_range(self.codec, self.infos[self.shards[p.shard].source].dtype)]
         owner = assign([p.raw_bytes for p in todo], self.comm.size)
-        local: dict[int, list[float] | None] = {}
+        local: dict[int, list | None] = {}
         failure = None
         for p, o in zip(todo, owner, strict=True):
             if o != self.comm.rank:
@@ -299,8 +301,11 @@ class Run:
         for g in gathered:
             for i, part in g.items():
                 s = self.pieces[i].shard
-                self.parts[s] = sh.merge_parts(self.parts.get(s), part)
+                # (None: a part with no finite value; a shard's first part is taken as is)
+                self.parts[s] = sh.merge_parts(self.parts[s], part) if s in self.parts \
+                    else part
         self.vranges = sh.combine_ranges(self.shards, self.infos, self.codec, self.parts)
+        self.integral = sh.combine_integral(self.shards, self.infos, self.parts)
 
     def finish_shard(self, s: int) -> ShardDone:
         """Record and sidecar of shard ``s``, now complete on disk."""
@@ -309,7 +314,7 @@ class Run:
         rec = sh.record(self.cfg.out, shard, src, info)
         mhash = sh.model_hash(self.cfg.out / shard.file)
         sh.write_sidecar(self.cfg.out, shard, self.keys[s], rec, self.parts.get(s),
-                         self.vranges[shard.source], mhash)
+                         self.vranges[shard.source], mhash, self.integral[shard.source])
         self.stats.shards_written += 1
         return ShardDone(rec, mhash)
 

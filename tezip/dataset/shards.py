@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codec import Options, TezFile, Tuning, __version__, compress_stack, value_range
+from ..codec import Options, TezFile, Tuning, __version__, compress_stack, scan
 from ..container import ContainerReader, ContainerWriter
 from .config import CodecConfig
 from .manifest import MANIFEST, sha256_file, write_json
@@ -57,10 +57,11 @@ def needs_range(codec: CodecConfig, dtype: str) -> bool:
     return codec.mode in ("rel", "absrel") or np.dtype(dtype).kind == "f"
 
 
-def part_range(view: FrameRange) -> list[float] | None:
-    """[min, max] of the finite values of a part (codec.value_range), None if it has
-    none."""
-    lo, hi = value_range(view)
+def part_range(view: FrameRange) -> list | None:
+    """[min, max] of the finite values of a part, and whether every value of a float
+    part is a finite integer (``codec.scan``; False for other types); None if it has no
+    finite value."""
+    lo, hi, integral = scan(view, integers=view.dtype.kind == "f")
     if (lo, hi) == (0.0, 0.0) and view.dtype.kind == "f":
         # value_range says (0, 0) both for zeros and for no finite value at all
         empty = True
@@ -70,7 +71,7 @@ def part_range(view: FrameRange) -> list[float] | None:
                 break
         if empty:
             return None
-    return [lo, hi]
+    return [lo, hi, bool(integral)]
 
 
 def combine_ranges(shards: list[Shard], infos: list[SourceInfo], codec: CodecConfig,
@@ -93,12 +94,28 @@ def combine_ranges(shards: list[Shard], infos: list[SourceInfo], codec: CodecCon
     return out
 
 
-def merge_parts(a: list[float] | None, b: list[float] | None) -> list[float] | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return [min(a[0], b[0]), max(a[1], b[1])]
+def combine_integral(shards: list[Shard], infos: list[SourceInfo],
+                     parts: dict[int, list | None]) -> list[bool]:
+    """Per source: whether it is a float stack whose every value is a finite integer
+    (every part of each of its shards says so; a part with no finite value, or one
+    recorded without the flag, says not), coded then on the integer grid as
+    ``compress_stack`` codes such a stack that it reads itself."""
+    out = [np.dtype(info.dtype).kind == "f" for info in infos]
+    for sh in shards:
+        part = parts.get(sh.index)
+        if part is None or len(part) < 3 or part[2] is not True:
+            out[sh.source] = False
+    return out
+
+
+def merge_parts(a: list | None, b: list | None) -> list | None:
+    """Two parts' ``part_range`` as one; a part with no finite value (None) does not
+    count towards the range, but makes the whole not one of integers."""
+    if a is None or b is None:
+        m = a if b is None else b
+        return None if m is None else [m[0], m[1], False]
+    return [min(a[0], b[0]), max(a[1], b[1]),
+            len(a) > 2 and len(b) > 2 and a[2] is True and b[2] is True]
 
 
 def shard_key(codec: CodecConfig, model: str | None, src: Source, info: SourceInfo,
@@ -152,11 +169,13 @@ class PieceResult:
 def encode_piece(piece: Piece, view: FrameRange, path: Path, options: Options,
                  vrange: tuple[float, float] | None,
                  step: Callable[[int], None] | None = None,
-                 tuning: Tuning | None = None) -> PieceResult:
+                 tuning: Tuning | None = None, integral: bool = False) -> PieceResult:
     """Encode one piece into ``path`` (the shard itself for a whole-shard piece);
-    ``tuning``: the shard's (``tune_stack`` of the whole shard), for a part of it."""
+    ``tuning``: the shard's (``tune_stack`` of the whole shard), for a part of it;
+    ``integral``: the source's (``combine_integral``)."""
     st = compress_stack(view, path, options, force=True, progress=step,
-                        vrange=tuple(vrange) if vrange is not None else None, tuning=tuning)
+                        vrange=tuple(vrange) if vrange is not None else None,
+                        integral=integral, tuning=tuning)
     return PieceResult(piece.index, str(path), st.raw_bytes, path.stat().st_size)
 
 
@@ -194,12 +213,13 @@ def record(out: Path, shard: Shard, src: Source, info: SourceInfo) -> dict[str, 
 
 
 def write_sidecar(out: Path, shard: Shard, key: Any, rec: dict[str, Any],
-                  part: list[float] | None, vrange: tuple[float, float] | None,
-                  mhash: str | None) -> None:
+                  part: list | None, vrange: tuple[float, float] | None,
+                  mhash: str | None, integral: bool = False) -> None:
     """The resume record of ``shard``, just written. It replaces the sidecar of an
     earlier run: that one described the shard file this run has replaced (``--force``,
     other options), and is tezip's own bookkeeping, not a user's output."""
     write_json(out / (shard.file + SIDECAR),
                {"key": key, "record": rec, "part_range": part,
-                "vrange": list(vrange) if vrange is not None else None, "model_hash": mhash},
+                "vrange": list(vrange) if vrange is not None else None,
+                "integral": integral, "model_hash": mhash},
                force=True)
