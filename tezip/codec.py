@@ -976,8 +976,9 @@ def _resolve_stack(stack: Any, options: Options, dtype: np.dtype,
     not read, and ``integral`` says whether they are all finite integers, as ``scan``
     finds, over the whole of which the stack is a part: the shards of ``tezip prepare``
     and the pieces of a shard must agree on their grid)."""
-    if not isinstance(integral, bool):
+    if not isinstance(integral, (bool, np.bool_)):
         raise OptionError(f"integral must be True or False, not {integral!r}")
+    integral = bool(integral)
     if vrange is None:
         vrange = (0.0, 0.0)
         if options.bound.mode in ("rel", "absrel") or dtype.kind == "f":
@@ -1013,6 +1014,7 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
     shape = tuple(int(s) for s in stack.shape)
     dtype = np.dtype(stack.dtype)
     check_stack(shape, dtype)
+    vrange_given = vrange is not None
     qp, vrange = _resolve_stack(stack, options, dtype, vrange, integral)
     classical = _classical(options)
     if tuning is not None and (
@@ -1050,8 +1052,21 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
     stats = Stats(raw_bytes=math.prod(shape) * dtype.itemsize)
     model_paid = learned is None or not embed      # a stored model must pay for itself
     with ContainerWriter(out, header, force=force, fileobj=fileobj) as w:
-        first = stack.read(*plan[0])
-        frames = ((t0, t1, first if i == 0 else stack.read(t0, t1))
+        # a float stack on the integer grid because the caller said it is all integers
+        # (``integral`` with ``vrange``): each window is checked, as the grid would
+        # break the bound on any other value (the stack's own scan checked it otherwise)
+        trusted = integral and vrange_given and dtype.kind == "f" and qp.kind == "int"
+
+        def read(t0: int, t1: int) -> np.ndarray:
+            x = stack.read(t0, t1)
+            if trusted and not (np.isfinite(x).all() and np.array_equal(x, np.rint(x))):
+                raise OptionError(f"integral=True, but frames {t0}-{t1 - 1} hold a value "
+                                  "that is not a finite integer: pass the integral flag "
+                                  "that codec.scan finds over the whole stack")
+            return x
+
+        first = read(*plan[0])
+        frames = ((t0, t1, first if i == 0 else read(t0, t1))
                   for i, (t0, t1) in enumerate(plan))
         # the first window's codings from the tuning, when it was tuned on that window
         cache: dict[int, dict[str, predictors.Coded] | None] = {}
