@@ -370,13 +370,17 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
         """Whether a finalist's coding of the head serves the window's coding."""
         return whole or predictors.get(name).extends(x.shape)
 
+    def on_head(nc: tuple[str, dict]) -> tuple[predictors.Coded, float]:
+        """A configuration's coding of the head and its estimated size."""
+        c = predictors.get(nc[0]).encode(head, quant, nc[1], sgn, sample=not kept(nc[0]))
+        return c, _estimate(c, x.itemsize)
+
     def full(nc: tuple[str, dict]) -> tuple[predictors.Coded, float, list]:
-        """A finalist's coding of the head, its estimate and (with threads, ahead of
-        need: it runs beside the other finalists) its fitted configuration, in a list."""
+        """``on_head`` of a finalist and (with threads, ahead of need: it runs beside the
+        other finalists) its fitted configuration, in a list."""
+        c, bits = on_head(nc)
         pred = predictors.get(nc[0])
-        c = pred.encode(head, quant, nc[1], sgn, sample=not kept(nc[0]))
-        fit = [pred.fitted(nc[1], c, head.shape)] if parallel and pred.fits else []
-        return c, _estimate(c, x.itemsize), fit
+        return c, bits, [pred.fitted(nc[1], c, head.shape)] if parallel and pred.fits else []
 
     done = pmap(full, finalists)
     coded = {config_key(*nc): d[0] for nc, d in zip(finalists, done, strict=True)}
@@ -396,11 +400,7 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
         if fit[0] is not None:
             fitted.append((name, fit[0]))
 
-    def refit(nc: tuple[str, dict]) -> tuple[predictors.Coded, float]:
-        c = predictors.get(nc[0]).encode(head, quant, nc[1], sgn, sample=not kept(nc[0]))
-        return c, _estimate(c, x.itemsize)
-
-    for (name, fcfg), (c, bits) in zip(fitted, pmap(refit, fitted), strict=True):
+    for (name, fcfg), (c, bits) in zip(fitted, pmap(on_head, fitted), strict=True):
         coded[config_key(name, fcfg)] = c
         sizes.append((bits, len(finalists)))
         finalists.append((name, fcfg))
