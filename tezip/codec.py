@@ -26,7 +26,7 @@ import numpy as np
 
 from . import allocator, predictors
 from .checksum import crc32
-from .container import FORMAT_VERSION, ContainerReader, ContainerWriter
+from .container import FORMAT_VERSION, ContainerReader, ContainerWriter, check_axes
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
 from .kernels.consts import MODE_LOG, RUN_CHUNK
 from .quantize import ErrorBound, Quantizer, QuantParams, check_dtype, quantizer, resolve
@@ -1014,6 +1014,7 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
     shape = tuple(int(s) for s in stack.shape)
     dtype = np.dtype(stack.dtype)
     check_stack(shape, dtype)
+    check_axes(shape)       # (before the windows' plan, a list as long as the stack)
     vrange_given = vrange is not None
     qp, vrange = _resolve_stack(stack, options, dtype, vrange, integral)
     classical = _classical(options)

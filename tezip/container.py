@@ -110,6 +110,13 @@ def encode_header(header: dict) -> bytes:
     return body
 
 
+def check_axes(shape: tuple[int, ...] | list[int]) -> None:
+    """Refuse (OptionError) a stack with an axis a .tez file cannot hold."""
+    if min(shape) < 1 or max(shape) > MAX_FRAMES:
+        raise OptionError(f"a .tez file holds stacks of 1 to {MAX_FRAMES} values along each "
+                          f"axis, and this one is shaped {tuple(shape)}; split it")
+
+
 def check_header(header: dict) -> None:
     """Refuse (OptionError) a header the reader (``codec.TezFile``) would call damaged:
     the writer enforces every limit the reader enforces."""
@@ -121,9 +128,7 @@ def check_header(header: dict) -> None:
             or not all(isinstance(n, int) and not isinstance(n, bool) for n in shape)):
         raise OptionError(f"a .tez file holds a stack shaped (T, H, W) or (T, H, W, C), "
                           f"not {shape}")
-    if min(shape) < 1 or max(shape) > MAX_FRAMES:
-        raise OptionError(f"a .tez file holds stacks of 1 to {MAX_FRAMES} values along each "
-                          f"axis, and this one is shaped {tuple(shape)}; split it")
+    check_axes(shape)
     window = header.get("window")
     if not isinstance(window, int) or window < 1:
         raise OptionError(f"window must be a positive number of frames, got {window!r}")

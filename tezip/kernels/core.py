@@ -9,6 +9,7 @@ run-time branches on them."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import os
@@ -23,6 +24,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from . import fast_cache_load as _fast_cache_load
+from . import inline_copy
 from . import skip_blas_probe as _skip_blas_probe
 
 
@@ -109,7 +111,26 @@ def _stamped(dispatcher):
     if cache_file is not None and hasattr(cache_file, "_source_stamp"):
         cache_file._source_stamp = (cache_file._source_stamp, KERNELS_STAMP)
         _save_locked(cache, cache_file)
+    _install_on_compile(dispatcher)
     return dispatcher
+
+
+def _install_on_compile(dispatcher) -> None:
+    """Install ``inline_copy`` when ``dispatcher`` first compiles (its compiler runs only
+    where the disk cache has no entry: a load from the cache does not import numba's
+    compiler for it)."""
+    compiler = getattr(dispatcher, "_compiler", None)
+    compile_ = getattr(compiler, "compile", None)
+    if compile_ is None:
+        return
+
+    @functools.wraps(compile_)
+    def compile_first(*args, **kwargs):
+        inline_copy.install()
+        compiler.compile = compile_         # (once: later compiles go straight through)
+        return compile_(*args, **kwargs)
+
+    compiler.compile = compile_first
 
 
 # Processes that share numba's disk cache (the ranks of ``mpirun tezip prepare``, a test
