@@ -93,15 +93,22 @@ def test_frames_axis_limit():
         ContainerWriter(None, header((MAX_FRAMES + 1, 1, 1), big), fileobj=io.BytesIO())
 
 
-def test_frames_axis_limit_is_checked_before_reading_the_stack():
+def test_frames_axis_limit_is_checked_before_reading_the_stack(monkeypatch):
     class Huge:
         shape, dtype, metadata = (MAX_FRAMES + 1, 1, 1), np.dtype(np.uint8), {}
 
         def read(self, t0, t1):
             raise AssertionError("read a stack the writer must refuse")
 
+    def plan(*args):
+        raise AssertionError("planned the windows (a list as long as the stack) first")
+
+    monkeypatch.setattr(tezip.codec, "coded_windows", plan)
     opts = tezip.Options(tezip.make_bound("abs", 1))
-    with pytest.raises(tezip.TezipError):
+    with pytest.raises(tezip.OptionError, match="split"):
+        tezip.codec.compress_stack(Huge(), None, opts, fileobj=io.BytesIO())
+    Huge.shape = (2, -1, 3)
+    with pytest.raises(tezip.UnsupportedError, match="negative"):
         tezip.codec.compress_stack(Huge(), None, opts, fileobj=io.BytesIO())
 
 

@@ -36,7 +36,7 @@ from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_l
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.7.4"
+__version__ = "0.7.5"
 DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
 #                            interpolation's anchor grid (32 apart), so no frame is
 #                            extrapolated in time (windows of 32 coded two smooth fields
@@ -731,6 +731,8 @@ def check_stack(shape: tuple[int, ...], dtype: np.dtype) -> str:
     if len(shape) not in (3, 4):
         raise UnsupportedError(f"expected a stack of frames (T, H, W) or (T, H, W, C), got "
                                f"shape {tuple(shape)}")
+    if min(shape) < 0:
+        raise UnsupportedError(f"a negative extent in the stack's shape {tuple(shape)}")
     if min(shape) == 0:
         raise UnsupportedError(f"empty stack (shape {tuple(shape)})")
     if shape[0] == 1:
