@@ -332,7 +332,25 @@ def test_window_starts_follow_each_shards_reader():
     fv = MAX_WINDOW_VALUES // 16
     assert window_starts("s.tez", 21, (fv,), 16) == [0, 16]
     assert window_starts("s.tez", 45, (MAX_WINDOW_VALUES // 20,), 33) == [0, 20, 40]
+    # automatic windows (None): lengthened for small frames, in .tez and raw shards alike
+    assert window_starts("s.tez", 600, (16, 16), None) == [0]               # 1,025 frames
+    assert window_starts("s.tez", 600, (32, 32), None) == [0, 257]          # 343 joined
+    assert window_starts("run.npy", 600, (32, 32), None) == [0, 257, 514]
+    assert window_starts("s.tez", 70, (128, 128), None) == [0, 33]
 
+
+def test_a_manifest_records_an_automatic_window(tmp_path):
+    """``prepare`` without --window records None; the loader's window is then the
+    automatic one of the shards' frames, and a manifest of 0.7.5 (a number) reads as
+    before."""
+    from tezip.dataset import manifest as mf
+
+    m = mf.Manifest(tmp_path, (mf.ShardInfo("s.tez", 600, (600, 32, 32), "float32"),),
+                    {"window": None}, 600, {})
+    assert m.window_request is None and m.window == 257
+    old = mf.Manifest(tmp_path, m.shards, {"window": 33}, 600, {})
+    assert old.window_request == old.window == 33
+    assert mf.Manifest(tmp_path, m.shards, {}, 600, {}).window == 33    # raw stacks
 
 def test_stream_options_and_frames(dataset, decoded):
     s = TezShardStream(dataset, shuffle=3, lanes=2, rank=0, world_size=1, with_index=True)

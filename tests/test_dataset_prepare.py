@@ -103,7 +103,9 @@ def inputs(tmp_path_factory) -> Path:
 
 
 def _cfg(d: Path, out: str, **kw: Any) -> config.PrepareConfig:
-    opts = {"codec": config.CodecConfig("rel", BOUND, predictor="classical"),
+    # (windows of 33 frames: the automatic ones of these small frames would hold the
+    # big stack whole, which could not then be cut into pieces)
+    opts = {"codec": config.CodecConfig("rel", BOUND, predictor="classical", window=33),
             "shard_size_mb": 128.0, "progress": False}
     opts.update(kw)
     return config.PrepareConfig((str(d / "big.npy"), str(d / "small.npy")), d / out, **opts)

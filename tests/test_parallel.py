@@ -196,7 +196,8 @@ def test_two_ranks_share_one_large_shard(one_rank, tmp_path):
     both ranks encode (then assembled); the shards are those of one rank."""
     root, _, _ = one_rank
     inputs = ["a.npy", "b.npy", "c.h5:/entry/data/data"]
-    args = ("--bound", str(BOUND), "--predictor", "classical", "--quiet", "--json")
+    args = ("--bound", str(BOUND), "--predictor", "classical", "--window", "33", "--quiet",
+            "--json")     # (the automatic windows of these small frames: one a stack)
     one = json.loads(run("prepare", *inputs, "--out", tmp_path / "one", *args,
                          cwd=root).stdout)
     two = json.loads(run("prepare", *inputs, "--out", tmp_path / "two", *args, cwd=root,

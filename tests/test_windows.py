@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 import tezip
 from tezip.codec import ArrayStack, Options, compress_stack, tune_stack
 from tezip.dataset import config, plan
-from tezip.windows import MAX_WINDOW_VALUES, coded_windows, fixed_windows
+from tezip.windows import (
+    ANCHOR_FRAMES,
+    AUTO_WINDOW_VALUES,
+    DEFAULT_WINDOW,
+    MAX_WINDOW_VALUES,
+    coded_windows,
+    fixed_windows,
+    window_length,
+)
 
 
 @pytest.mark.parametrize("n,length,want", [
@@ -118,3 +126,65 @@ def test_numpy_integers_are_taken_for_window_and_threads():
     ref = tezip.compress(a, mode="abs", bound=0.1, window=4, threads=2)
     assert tezip.compress(a, mode="abs", bound=0.1, window=np.int64(4),
                           threads=np.int32(2)) == ref
+
+
+@pytest.mark.parametrize("fv,want", [
+    (1, 262145), (256, 1025), (1024, 257), (4096, 65), (7943, 65),   # small frames
+    (7944, 33), (109 * 110, 33), (256 * 256, 33),     # DEFAULT_WINDOW holds enough
+    (MAX_WINDOW_VALUES // 10, 10), (MAX_WINDOW_VALUES + 1, 1),       # very large frames
+])
+def test_automatic_window_length(fv, want):
+    assert window_length(None, fv) == want
+    n = window_length(None, fv)
+    if n > DEFAULT_WINDOW:      # the fewest frames 32 k + 1 that hold the values
+        assert (n - 1) % ANCHOR_FRAMES == 0 and n * fv >= AUTO_WINDOW_VALUES
+        assert (n - 1 - ANCHOR_FRAMES) * fv < AUTO_WINDOW_VALUES
+    assert window_length(33, fv) == min(33, max(1, MAX_WINDOW_VALUES // fv))  # as asked
+
+
+def test_the_anchor_frames_are_the_interpolations_anchor():
+    from tezip.predictors.classical import DEFAULT_ANCHOR
+
+    assert ANCHOR_FRAMES == DEFAULT_ANCHOR
+
+
+def test_small_frames_get_long_windows_unless_a_length_is_asked_for():
+    a = smooth_stack((300, 16, 16))
+    auto = tezip.compress(a, mode="rel", bound=1e-3, predictor="classical")
+    asked = tezip.compress(a, mode="rel", bound=1e-3, predictor="classical", window=33)
+    with tezip.open(auto) as f:
+        assert f.window_frames() == [(0, 300)]          # 1,025 frames: the whole stack
+        check_bound(a, f.read_all(), "rel", 1e-3)
+    with tezip.open(asked) as f:
+        assert len(f.window_frames()) == 9
+        check_bound(a, f.read_all(), "rel", 1e-3)
+    b = smooth_stack((40, 96, 96))                      # 9,216 values a frame: 33 frames
+    assert (tezip.compress(b, mode="rel", bound=1e-3, predictor="classical")
+            == tezip.compress(b, mode="rel", bound=1e-3, predictor="classical", window=33))
+
+
+def test_the_tuning_sample_of_a_long_window_of_small_frames():
+    """A window of small frames longer than DEFAULT_WINDOW is sampled as a run of 32 k
+    + 1 of its frames from a multiple of 32 near its middle, as few as hold the
+    sample's values; a window of DEFAULT_WINDOW frames is its own sample."""
+    from tezip.codec import _SAMPLE_VALUES, sample_tiles
+
+    x = np.arange(1025 * 16 * 16, dtype=np.float32).reshape(1025, 16, 16)
+    s = sample_tiles(x)
+    assert s.shape[1:] == (16, 16) and (s.shape[0] - 1) % 32 == 0
+    assert s.shape[0] * 256 >= _SAMPLE_VALUES > (s.shape[0] - 33) * 256
+    assert s[0, 0, 0] == x[512, 0, 0]                  # frames 512.. of 0..1024
+    assert sample_tiles(x[:33]).shape == (33, 16, 16)
+
+
+def test_the_cli_window_default_is_automatic(tmp_path):
+    from tezip.cli import main
+
+    src = tmp_path / "small.npy"
+    np.save(src, smooth_stack((200, 16, 16)))
+    for extra, n in (([], 1), (["--window", "33"], 6)):
+        out = tmp_path / f"o{len(extra)}.tez"
+        assert main(["compress", str(src), str(out), "--bound", "1e-3", *extra]) == 0
+        with tezip.open(out) as f:
+            assert len(f.window_frames()) == n
+    assert main(["compress", str(src), str(tmp_path / "x.tez"), "--window", "0"]) == 1

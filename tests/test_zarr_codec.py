@@ -153,6 +153,10 @@ def test_config_round_trip():
     assert Tezip.from_config(config) == c
     assert numcodecs.get_codec(config) == c
     assert Tezip(bound=1e-3).mode == "rel" and Tezip().mode == "lossless"
+    # the automatic window is no entry (a config tezip 0.7.5 reads too, as 33 frames)
+    auto = Tezip(bound=1e-3)
+    assert auto.window is None and "window" not in auto.get_config()
+    assert Tezip.from_config(auto.get_config()) == auto
     v3 = c.zarr3()
     assert type(v3).from_dict(v3.to_dict()) == v3
     assert v3.to_dict()["name"] == "tezip"

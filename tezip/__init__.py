@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from .codec import DEFAULT_WINDOW, ArrayStack, Options, TezFile, __version__, compress_stack
+from .codec import ArrayStack, Options, TezFile, __version__, compress_stack
 from .errors import (
     CorruptFileError,
     DecodeMismatchError,
@@ -124,7 +124,7 @@ def _json_metadata(value: object, where: str = "metadata") -> object:
 
 def compress(array: np.ndarray, mode: str = "rel", bound: float | None = 1e-3, *,
              rel_bound: float | None = None, predictor: str = "auto",
-             window: int = DEFAULT_WINDOW, metadata: dict | None = None,
+             window: int | None = None, metadata: dict | None = None,
              model: str | os.PathLike | None = None, threshold: float | None = None,
              threads: int | None = None, adapt: bool = False, adapt_seconds: float = 30.0,
              min_decode_mbps: float | None = None) -> bytes:
@@ -133,7 +133,8 @@ def compress(array: np.ndarray, mode: str = "rel", bound: float | None = 1e-3, *
     the relative one); ``model``: learned model file (default: the shipped one);
     ``adapt``: fit the learned forecaster to ``array`` within ``adapt_seconds`` (needs
     PyTorch) and store it in the file; ``min_decode_mbps``: use the learned predictor only
-    where it decodes at least this fast (MB/s per core);
+    where it decodes at least this fast (MB/s per core); ``window``: frames per window
+    (None: 33, more for small frames, ``tezip.windows.window_length``);
     ``threshold``: dynamic windows (see ``tezip.windows.dynamic_windows``); ``metadata``:
     a JSON-like dict stored in the header; ``threads``: windows coded in parallel
     (default: one thread per CPU)."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import __version__, io, make_bound, predictors
 from .atomic import check_target, temp_name
-from .codec import DEFAULT_WINDOW, Options, TezFile, compress_stack
+from .codec import Options, TezFile, compress_stack
 from .errors import InputError, OptionError, TezipError
 from .io import hdf5_tree
 from .metrics import compare_stacks
@@ -112,6 +112,8 @@ class _Group(click.Group):
         return super().get_command(ctx, name)
 
 
+WINDOW_HELP = ("frames per independently decodable window (default: 33, and for frames of "
+               "fewer than 7,944 values as many more as hold 262,144 values)")
 _MODEL_HELP = ("learned model file (.safetensors from 'tezip train', or the directory it "
                "wrote); default: the shipped pretrained/default.safetensors")
 
@@ -150,9 +152,9 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
                    "(MB/s, one core; default 5)")
 @click.option("--threads", type=click.IntRange(min=1),
               help="windows coded in parallel (default: one thread per CPU)")
-@click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
-              help="frames per independently decodable window; a last window of fewer "
-                   "than half as many joins the one before (with --threshold: at most)")
+@click.option("--window", type=int, help=WINDOW_HELP
+              + "; a last window of fewer than half as many joins the one before (with "
+                "--threshold: at most)")
 @click.option("--threshold", type=float,
               help="dynamic windows: start a new keyframe where the mean frame-to-frame change "
                    "exceeds this fraction of the value range (scene cuts, resets)")
@@ -167,7 +169,7 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def compress(input: Path, output: Path, mode: str | None, bound: float | None,
              rel_bound: float | None, predictor: str, adapt: bool, adapt_seconds: float,
-             min_decode_mbps: float | None, threads: int | None, window: int,
+             min_decode_mbps: float | None, threads: int | None, window: int | None,
              threshold: float | None,
              dataset: str | None, fmt: str | None, model: Path | None, data_only: bool,
              force: bool, as_json: bool) -> None:
@@ -459,8 +461,7 @@ def _verify_dataset(directory: Path, as_json: bool) -> None:
                    "smallest, and per window the learned one where a model is at hand and "
                    "it codes smaller), classical, learned, or one of: "
                    + ", ".join(predictors.CLASSICAL_CANDIDATES))
-@click.option("--window", default=DEFAULT_WINDOW, show_default=True, type=int,
-              help="frames per independently decodable window")
+@click.option("--window", type=int, help=WINDOW_HELP)
 @click.option("--dataset", help="dataset path inside HDF5 inputs (or give FILE.h5:/path)")
 @click.option("--shard-size", default=128.0, show_default=True, type=float,
               help="target compressed size of one shard, in MB")
@@ -478,7 +479,7 @@ def _verify_dataset(directory: Path, as_json: bool) -> None:
 @click.option("--quiet", is_flag=True, help="no progress line")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def prepare(inputs: tuple[str, ...], out: Path, mode: str | None, bound: float | None,
-            rel_bound: float | None, predictor: str, window: int, dataset: str | None,
+            rel_bound: float | None, predictor: str, window: int | None, dataset: str | None,
             shard_size: float, model: Path | None, adapt: bool, adapt_seconds: float,
             min_decode_mbps: float | None, force: bool, quiet: bool, as_json: bool) -> None:
     """Compress INPUTS (files, quoted globs, folders, FILE.h5:/dataset) into .tez shards

@@ -30,18 +30,21 @@ from .container import FORMAT_VERSION, ContainerReader, ContainerWriter, check_a
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
 from .kernels.consts import MODE_LOG, RUN_CHUNK
 from .quantize import ErrorBound, Quantizer, QuantParams, check_dtype, quantizer, resolve
-from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_length
+from .windows import (
+    DEFAULT_WINDOW as DEFAULT_WINDOW,  # (re-exported: tezip.codec.DEFAULT_WINDOW)
+)
+from .windows import (
+    MAX_WINDOW_VALUES,
+    coded_windows,
+    dynamic_windows,
+    window_length,
+)
 
 # the allocator keeps the windows' buffers between windows (``allocator``: in some
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.7.5"
-DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
-#                            interpolation's anchor grid (32 apart), so no frame is
-#                            extrapolated in time (windows of 32 coded two smooth fields
-#                            8-42% larger, the shared stacks up to 1% larger, a Gray-Scott
-#                            run 1.1% smaller at 1e-2: benchmarks/results/edges.md)
+__version__ = "0.7.6"
 _SHA256 = re.compile("[0-9a-f]{64}")
 
 
@@ -67,15 +70,16 @@ class Options:
     """Codec options: the error bound; the predictor ('auto': the classical configuration that
     codes the first window smallest, and per window the learned one where a model is
     available, fast enough and codes that window smaller; 'classical': the classical ones;
-    or one name); the window length in frames (SWP), or with ``threshold`` the maximum
-    length of dynamic windows (DWP, see ``windows.dynamic_windows``); the learned model: a
-    model file, or ``adapt`` to fit one to the data within ``adapt_seconds`` (stored in the
-    file), else the shipped default; ``min_decode_mbps``: the decoding speed (MB/s per core)
-    below which the learned predictor is not used; worker threads (None: one per CPU)."""
+    or one name); the window length in frames (SWP; None: automatic, ``windows.
+    window_length``), or with ``threshold`` the maximum length of dynamic windows (DWP, see
+    ``windows.dynamic_windows``); the learned model: a model file, or ``adapt`` to fit one
+    to the data within ``adapt_seconds`` (stored in the file), else the shipped default;
+    ``min_decode_mbps``: the decoding speed (MB/s per core) below which the learned
+    predictor is not used; worker threads (None: one per CPU)."""
 
     bound: ErrorBound
     predictor: str = "auto"
-    window: int = DEFAULT_WINDOW
+    window: int | None = None
     model: str | None = None
     threshold: float | None = None
     threads: int | None = None
@@ -93,11 +97,12 @@ class Options:
         if self.predictor not in allowed:
             raise OptionError(f"unknown predictor '{self.predictor}'; choose one of "
                               f"{', '.join(allowed)}")
-        if (isinstance(self.window, bool) or not isinstance(self.window, numbers.Integral)
-                or self.window < 1):
-            raise OptionError(f"window must be a positive whole number of frames, "
-                              f"got {self.window!r}")
-        object.__setattr__(self, "window", int(self.window))     # (a numpy integer too)
+        if self.window is not None:
+            if (isinstance(self.window, bool) or not isinstance(self.window, numbers.Integral)
+                    or self.window < 1):
+                raise OptionError(f"window must be a positive whole number of frames, "
+                                  f"got {self.window!r}")
+            object.__setattr__(self, "window", int(self.window))     # (a numpy integer too)
         if self.threads is not None:
             if (isinstance(self.threads, bool) or not isinstance(self.threads, numbers.Integral)
                     or self.threads < 1):
@@ -178,11 +183,23 @@ def sample_tiles(x: np.ndarray) -> np.ndarray:
     """Tiles of the window (every frame, ``_TILE`` pixels square) stacked as channels:
     (T, tile, tile, k * C), chosen where the window is most active (largest change in
     time and space, over a few frames): that is where the bits go, so that is where
-    predictors must be compared. The whole window when it is small."""
+    predictors must be compared. The whole window when it is small; where its frames
+    are too small for two tiles, its frames from a multiple of ``_TILE - 1`` near its
+    middle on, ``_TILE - 1`` k + 1 of them, as few as hold the sample's values (a
+    window lengthened for small frames, ``windows.window_length``: the whole of it, up
+    to 1,025 frames of 16 x 16, made the tuning 1.2-2x the time of the rest)."""
     tile = _TILE
     t, h, w = x.shape[:3]
-    if x.size <= _SAMPLE_VALUES or h < 2 * tile or w < 2 * tile:
+    if x.size <= _SAMPLE_VALUES:
         return x
+    if h < 2 * tile or w < 2 * tile:
+        per = x.size // t
+        want = max(_SAMPLE_VALUES, _SAMPLE_FRACTION * x.size) / per
+        n = max(1, math.ceil((want - 1) / (tile - 1))) * (tile - 1) + 1
+        if n >= t:
+            return x
+        t0 = min((t // 2) // (tile - 1) * (tile - 1), t - n)
+        return x[t0:t0 + n]
     ny, nx = h // tile, w // tile
     per = t * tile * tile * (x.shape[3] if x.ndim == 4 else 1)
     k = min(ny * nx, max(1, math.ceil(max(_SAMPLE_VALUES, _SAMPLE_FRACTION * x.size) / per)))

@@ -6,11 +6,35 @@ from __future__ import annotations
 # a window holds at most this many values, so a decoder never allocates more than a few
 # GiB for one window whatever a header claims
 MAX_WINDOW_VALUES = 1 << 27
+DEFAULT_WINDOW = 33        # 2^5 + 1 frames: the last frame of a window lies on the
+#                            interpolation's anchor grid (32 apart), so no frame is
+#                            extrapolated in time (windows of 32 coded two smooth fields
+#                            8-42% larger, the shared stacks up to 1% larger, a Gray-Scott
+#                            run 1.1% smaller at 1e-2: benchmarks/results/edges.md)
+AUTO_WINDOW_VALUES = 1 << 18   # an automatic window (no length asked for) of small frames
+#                                is lengthened to hold at least this many values
+#                                (``benchmarks/results/small_frames.md``: on stacks of
+#                                16 x 16 to 64 x 64 frames, windows of 33 frames coded
+#                                5-25% larger than windows of this many values, and a
+#                                window's fixed costs held encoding of 16 x 16 frames to
+#                                a third of the speed); frames of 7,944 values or more
+#                                (89 x 89) keep DEFAULT_WINDOW
+ANCHOR_FRAMES = 32             # (``predictors.classical.DEFAULT_ANCHOR``: a lengthened
+#                                window is 1 more than a multiple of it, as DEFAULT_WINDOW)
 
 
-def window_length(requested: int, frame_values: int) -> int:
-    """Frames per window: the requested length, shortened for very large frames."""
-    return max(1, min(requested, MAX_WINDOW_VALUES // max(1, frame_values)))
+def window_length(requested: int | None, frame_values: int) -> int:
+    """Frames per window: ``requested`` (None: automatic, ``DEFAULT_WINDOW``, or for
+    frames of fewer than AUTO_WINDOW_VALUES / DEFAULT_WINDOW values the fewest frames
+    ``ANCHOR_FRAMES`` k + 1 that hold AUTO_WINDOW_VALUES), shortened for very large
+    frames (a window holds at most MAX_WINDOW_VALUES values)."""
+    fv = max(1, frame_values)
+    n = requested
+    if n is None:
+        n = DEFAULT_WINDOW
+        if n * fv < AUTO_WINDOW_VALUES:
+            n = -(-(-(-AUTO_WINDOW_VALUES // fv) - 1) // ANCHOR_FRAMES) * ANCHOR_FRAMES + 1
+    return max(1, min(n, MAX_WINDOW_VALUES // fv))
 
 
 def fixed_windows(n_frames: int, length: int) -> list[tuple[int, int]]:

@@ -60,7 +60,7 @@ from numcodecs.abc import Codec
 from numcodecs.compat import ensure_contiguous_ndarray, ndarray_copy
 
 from . import make_bound
-from .codec import DEFAULT_WINDOW, ArrayStack, Options, TezFile, compress_stack
+from .codec import ArrayStack, Options, TezFile, compress_stack
 from .errors import CorruptFileError, InputError, OptionError, UnsupportedError
 from .quantize import MODES, check_dtype
 
@@ -87,10 +87,11 @@ class Tezip(Codec):
         learned predictor with the shipped default model where it codes a window smaller
         (readers need a tezip that ships the same model; no torch is needed to read or
         write); ``"learned"`` forces it; a classical predictor name forces that one.
-    window : int
-        Frames per window inside a chunk (default 33, ``codec.DEFAULT_WINDOW``); a chunk
-        shorter than that is one window, and a last window of fewer than half as many
-        frames joins the one before it.
+    window : int, optional
+        Frames per window inside a chunk (default: automatic, ``windows.window_length``:
+        33, more for frames of fewer than 7,944 values); a chunk shorter than that is one
+        window, and a last window of fewer than half as many frames joins the one before
+        it.
     value_range : (float, float), optional
         ``(min, max)`` of the whole array, so that ``rel`` / ``absrel`` bounds are relative
         to the array's range instead of each chunk's (see the module docstring).
@@ -100,7 +101,7 @@ class Tezip(Codec):
 
     def __init__(self, mode: str | None = None, bound: float | None = None,
                  rel_bound: float | None = None, predictor: str = "classical",
-                 window: int = DEFAULT_WINDOW,
+                 window: int | None = None,
                  value_range: tuple[float, float] | list[float] | None = None) -> None:
         if mode is None:
             mode = "rel" if bound is not None else "lossless"
@@ -110,9 +111,10 @@ class Tezip(Codec):
         self.bound = None if bound is None else float(bound)
         self.rel_bound = None if rel_bound is None else float(rel_bound)
         self.predictor = str(predictor)
-        if isinstance(window, bool) or not isinstance(window, (int, np.integer)):
+        if window is not None and (isinstance(window, bool)
+                                   or not isinstance(window, (int, np.integer))):
             raise OptionError(f"window must be a positive number of frames, got {window!r}")
-        self.window = int(window)
+        self.window = None if window is None else int(window)
         if value_range is not None:
             try:
                 lo, hi = (float(v) for v in value_range)
@@ -131,8 +133,9 @@ class Tezip(Codec):
 
     def get_config(self) -> dict:
         config: dict[str, Any] = {"id": self.codec_id, "mode": self.mode, "bound": self.bound,
-                                  "rel_bound": self.rel_bound, "predictor": self.predictor,
-                                  "window": self.window}
+                                  "rel_bound": self.rel_bound, "predictor": self.predictor}
+        if self.window is not None:     # (none: automatic; a config older tezips read too)
+            config["window"] = self.window
         if self.value_range is not None:
             config["value_range"] = list(self.value_range)
         return config

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import make_bound, predictors
-from ..codec import DEFAULT_WINDOW, Options
+from ..codec import Options
 from ..errors import OptionError
 
 DEFAULT_SHARD_MB = 128.0
@@ -25,13 +25,13 @@ class CodecConfig:
     bound: float | None = None
     rel_bound: float | None = None
     predictor: str = "auto"
-    window: int = DEFAULT_WINDOW
+    window: int | None = None          # None: automatic (``windows.window_length``)
     model: str | None = None            # learned model file (None: the shipped default)
     min_decode_mbps: float = DATASET_MIN_DECODE_MBPS
 
     @classmethod
     def from_cli(cls, mode: str | None, bound: float | None, rel_bound: float | None,
-                 predictor: str = "auto", window: int = DEFAULT_WINDOW,
+                 predictor: str = "auto", window: int | None = None,
                  model: str | None = None,
                  min_decode_mbps: float | None = None) -> CodecConfig:
         """The same defaults and checks as ``tezip compress``."""

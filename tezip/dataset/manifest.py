@@ -32,6 +32,7 @@ import numpy as np
 from ..codec import DEFAULT_WINDOW, TezFile, __version__
 from ..errors import CorruptFileError, FormatVersionError, InputError, TezipError
 from ..io import atomic_output
+from ..windows import window_length
 
 MANIFEST = "manifest.json"
 FORMAT = "tezip-dataset"
@@ -69,12 +70,27 @@ class Manifest:
     raw: dict[str, Any] = field(repr=False)
 
     @property
-    def window(self) -> int:
-        """The window length the shards were written with (frames)."""
+    def window_request(self) -> int | None:
+        """The window length the shards were written with (frames; None: automatic,
+        ``windows.window_length``, which depends on the frames' size). A manifest of
+        tezip 0.7.5 or older always records a number."""
+        w = self.codec.get("window", DEFAULT_WINDOW)
+        if w is None:
+            return None
         try:
-            return max(1, int(self.codec.get("window") or DEFAULT_WINDOW))
+            return max(1, int(w))
         except (TypeError, ValueError):
             return DEFAULT_WINDOW
+
+    @property
+    def window(self) -> int:
+        """Frames per window of the shards (the loader's unit of reading): the length
+        asked for, or the automatic length for the first shard's frames."""
+        w = self.window_request
+        if w is None:
+            fv = math.prod(self.shards[0].frame_shape) if self.shards else 1
+            return window_length(None, fv)
+        return w
 
     @property
     def frame_shapes(self) -> list[tuple[int, ...]]:

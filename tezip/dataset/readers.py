@@ -21,7 +21,7 @@ from ..windows import coded_windows, fixed_windows, window_length
 class NpyShard:
     """A raw ``.npy`` shard; windows are ``window`` frames (the data set's)."""
 
-    def __init__(self, path: Path, window: int) -> None:
+    def __init__(self, path: Path, window: int | None) -> None:
         try:
             self._a: Any = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
@@ -30,7 +30,9 @@ class NpyShard:
             raise CorruptFileError(f"{path}: not a readable .npy file ({exc})") from None
         self.shape = tuple(self._a.shape)
         self.dtype = self._a.dtype.newbyteorder("=")
-        self._windows = fixed_windows(self.shape[0], window) if self.shape else []
+        self._windows = (fixed_windows(self.shape[0],
+                                       _raw_window(window, math.prod(self.shape[1:])))
+                         if self.shape else [])
 
     def window_frames(self) -> list[tuple[int, int]]:
         return self._windows
@@ -83,8 +85,10 @@ class Blosc2Shard:
         self._a = None
 
 
-def open_shard(path: Path, window: int, model: str | None = None, threads: int = 1) -> Any:
-    """The reader for ``path``: ``.npy``, ``.b2nd``, else a ``.tez`` file."""
+def open_shard(path: Path, window: int | None, model: str | None = None,
+               threads: int = 1) -> Any:
+    """The reader for ``path``: ``.npy``, ``.b2nd``, else a ``.tez`` file (``window``:
+    the data set's, None: automatic)."""
     if path.suffix == ".npy":
         return NpyShard(path, window)
     if path.suffix == ".b2nd":
@@ -92,16 +96,23 @@ def open_shard(path: Path, window: int, model: str | None = None, threads: int =
     return TezFile(path, model=model)
 
 
-def window_starts(file: str, frames: int, frame_shape: tuple[int, ...], window: int) -> list[int]:
+def window_starts(file: str, frames: int, frame_shape: tuple[int, ...],
+                  window: int | None) -> list[int]:
     """The first frame of each window of a shard's file (``window``: the data set's
-    ``--window``), as its reader decodes them: the windows a ``.tez`` shard was coded in
-    (shortened for large frames, a short tail joined: ``windows.coded_windows``), fixed
-    windows for the raw ``.npy`` and ``.b2nd`` baselines (chunks of ``window`` frames, as
-    ``write_blosc2`` writes them)."""
-    if file.endswith((".npy", ".b2nd")):
-        return [a for a, _ in fixed_windows(frames, window)]
+    ``--window``, None: automatic), as its reader decodes them: the windows a ``.tez``
+    shard was coded in (``windows.window_length``: lengthened for small frames where
+    automatic, shortened for large ones; a short tail joined: ``windows.coded_windows``),
+    fixed windows for the raw ``.npy`` and ``.b2nd`` baselines (chunks of ``window``
+    frames, as ``write_blosc2`` writes them; automatic: as long as a .tez shard's)."""
     fv = math.prod(frame_shape)
+    if file.endswith((".npy", ".b2nd")):
+        return [a for a, _ in fixed_windows(frames, _raw_window(window, fv))]
     return [a for a, _ in coded_windows(frames, window_length(window, fv), fv)]
+
+
+def _raw_window(window: int | None, frame_values: int) -> int:
+    """A raw baseline shard's window: the one asked for, or the automatic length."""
+    return window if window is not None else window_length(None, frame_values)
 
 
 def write_blosc2(path: Path, array: np.ndarray, window: int, clevel: int = 5,

@@ -247,7 +247,7 @@ class _ShardData:
             else:
                 path = self.root / info.file
             try:
-                h = open_shard(path, self.manifest.window, self.model, self.threads)
+                h = open_shard(path, self.manifest.window_request, self.model, self.threads)
                 break
             except InputError:
                 # evicted by another process between staging and opening: stage again
@@ -321,7 +321,7 @@ class _ShardData:
                 if r == (0.0, 0.0) and dtype.kind in "ui":
                     r = _int_range(dtype)
             else:
-                h = open_shard(path, self.manifest.window, threads=self.threads)
+                h = open_shard(path, self.manifest.window_request, threads=self.threads)
                 try:
                     r = value_range(h)
                 finally:
@@ -598,7 +598,8 @@ class TezShardStream(_ShardData, IterableDataset):
     def read_cost(self, workers: int = 1, epoch: int | None = None) -> od.ReadCost:
         """Window decodes per epoch for this world size and ``workers`` per rank."""
         e = self.epoch if epoch is None else epoch
-        starts = [window_starts(sh.file, sh.frames, sh.frame_shape, self.manifest.window)
+        starts = [window_starts(sh.file, sh.frames, sh.frame_shape,
+                                self.manifest.window_request)
                   for sh in self.manifest.shards]
         return od.read_cost(self.order, e, self.manifest.window, self.world_size, workers,
                             self.batch_size, starts)
