@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import smooth_stack
+from exact import check_bound
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bound import stacks
@@ -103,6 +104,7 @@ def test_every_window_codes_with_the_tunings_best(many_finalists, monkeypatch):
         return real(w)
 
     monkeypatch.setattr(codec, "sample_tiles", spy)
+    monkeypatch.setattr(codec, "DRIFT", float("inf"))     # (see the drift tests below)
     blob = tezip.compress(x, mode="rel", bound=1e-3, predictor="classical", window=12)
     assert trials == [12]                # one tuning, on the first window; no other check
     quant = _quant(x)
@@ -252,3 +254,82 @@ def test_extending_a_head_coding_gives_the_windows_coding(a, mode, bound, nh):
         assert getattr(got, f).dtype == getattr(want, f).dtype
     assert got.out.tobytes() == want.out.tobytes()
     assert got.config == want.config
+
+
+def _dark_start(dtype="uint16"):
+    """33 dark frames (a bias and read noise) before a signal: a first window unlike the
+    rest."""
+    rng = np.random.default_rng(3)
+    sig = smooth_stack((66, 40, 44), dtype=dtype, scale=3000, offset=100)
+    dark = (100 + rng.normal(0, 1.0, size=(33, 40, 44))).round().astype(dtype)
+    return np.concatenate([dark, sig]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype,mode,bound", [("uint16", "abs", 4), ("float32", "rel", 1e-2)])
+def test_a_window_far_costlier_than_the_tuning_said_is_tuned_on_its_own(dtype, mode, bound,
+                                                                        monkeypatch):
+    import tezip
+
+    x = _dark_start(dtype)
+    kw = dict(mode=mode, bound=bound, predictor="classical", window=33)
+    drifted = tezip.compress(x, **kw, threads=1)
+    assert tezip.compress(x, **kw, threads=2) == drifted
+    monkeypatch.setattr(codec, "DRIFT", float("inf"))
+    stuck = tezip.compress(x, **kw, threads=1)
+    assert len(drifted) < 0.85 * len(stuck)
+    with tezip.open(drifted) as f, tezip.open(stuck) as g:
+        assert [f.window_meta(i)["p"] for i in range(3)] == ["lorenzo", "interp", "interp"]
+        assert [g.window_meta(i)["p"] for i in range(3)] == ["lorenzo"] * 3
+        check_bound(x, f.read_all(), mode, bound)
+
+
+def test_the_drift_check_never_codes_a_window_larger(monkeypatch):
+    """Every window tuned on its own (DRIFT tiny): the file is no larger than with the
+    stack's choice everywhere, and each window's payload no larger; within DRIFT of
+    the estimate no window is tuned again."""
+    import tezip
+
+    x = smooth_stack((99, 40, 36), seed=6)
+    tuned = []
+    real = codec.tune
+
+    def spy(w, *a, **k):
+        tuned.append(w.shape[0])
+        return real(w, *a, **k)
+
+    monkeypatch.setattr(codec, "tune", spy)
+    kw = dict(mode="rel", bound=1e-3, predictor="classical", window=33, threads=1)
+    plain = tezip.compress(x, **kw)
+    assert tuned == [33]                # the stack's tuning only
+    monkeypatch.setattr(codec, "DRIFT", 1e-9)
+    tuned.clear()
+    every = tezip.compress(x, **kw)
+    assert tuned == [33] * 4            # and each window's, the first one's too
+    from tezip.container import ContainerReader
+
+    a, b = ContainerReader(plain), ContainerReader(every)
+    assert all(len(b.payload(i)) <= len(a.payload(i)) for i in range(3))
+    with tezip.open(every) as f:
+        check_bound(x, f.read_all(), "rel", 1e-3)
+
+
+def test_a_part_coded_with_the_wholes_tuning_has_the_wholes_drifted_windows():
+    """``tune_stack`` carries the estimate (``Tuning.bits``), so that the windows of a
+    part coded with the whole's tuning are checked and coded as in the whole."""
+    import io
+
+    import tezip
+    from tezip.codec import ArrayStack, Options, compress_stack, tune_stack
+
+    x = _dark_start()
+    opts = Options(tezip.make_bound("abs", 4), predictor="classical", window=33)
+    t = tune_stack(ArrayStack(x), opts)
+    assert t.bits is not None and t.bits > 0
+    whole, part = io.BytesIO(), io.BytesIO()
+    compress_stack(ArrayStack(x), None, opts, fileobj=whole)
+    compress_stack(ArrayStack(x[33:]), None, opts, fileobj=part, tuning=t,
+                   vrange=(float(x.min()), float(x.max())))
+    with tezip.open(whole.getvalue()) as f, tezip.open(part.getvalue()) as g:
+        assert [f.window_meta(i)["p"] for i in (1, 2)] == [g.window_meta(i)["p"]
+                                                           for i in (0, 1)] == ["interp"] * 2
+        np.testing.assert_array_equal(f[33:], g.read_all())

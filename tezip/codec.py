@@ -261,6 +261,20 @@ RUN_CHECK_BYTES = 1 << 14  # a run-coded window (``Coded.recode``) that codes sm
 #                           coding every window twice would cost a large one up to 1.5x
 #                           its encoding time (speckle at 1e-2, windows of 35 KB)
 N_FINALISTS = 3
+DRIFT = 4.0               # a later window that takes this many times the bits per value
+#                           the tuning estimated for the stack's choice is tuned on its own
+#                           (``_drifted``): dark or still first frames (up to 3.0x the ratio
+#                           there, benchmarks/results/drift.md); the shared stacks' windows
+#                           take 0.56-3.36x (smoke's plume grows), where a tuning of their
+#                           own gained 0-0.4% and would cost 30-60% of encoding time
+DRIFT_GAIN = 0.95         # ... and then ranked in full only where the best trial on its
+#                           sample is estimated this much smaller than the stack's choice
+#                           there (speckle after dark frames at 1e-3: the same file, 0.81x
+#                           the speed instead of 0.64x; smoke after a still start: 0.90
+#                           kept its stack's choice, 0.7x the speed, where 0.95 took files
+#                           1.7-3.8% smaller at 0.45x)
+DRIFT_MIN_BYTES = 1 << 12  # ... and at least this many bytes (a window of near-zero codes:
+#                            its fixed costs, the tables and the record, are most of it)
 _FULL_MARGIN = 1.02       # a finalist is ranked on the window itself only if its sample
 #                           estimate is this close to the best one's (the sample can
 #                           misrank by a few %)
@@ -299,6 +313,9 @@ class Tuning:
 
     finalists: list[tuple[str, dict]] | None
     head: dict[str, predictors.Coded] | None = field(default=None, compare=False, repr=False)
+    bits: float | None = None   # the first's estimated bits per value there (on the head,
+    #                             else on the sample; None: nothing was ranked): the
+    #                             windows' drift check (``_drifted``)
 
 
 def config_key(name: str, cfg: dict) -> str:
@@ -306,14 +323,16 @@ def config_key(name: str, cfg: dict) -> str:
 
 
 def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
-         threads: int = 1) -> Tuning:
+         threads: int = 1, against: tuple[str, dict] | None = None) -> Tuning:
     """Every candidate predictor tuned on a sample of ``x`` (the stack's first window);
     the ``N_FINALISTS`` best whose estimate is within ``_FULL_MARGIN`` of the best (and
     that differ in more than a predictor's ``sample_ranked`` settings) are then ordered
     by their estimated size on the first ``head_frames`` frames of ``x``, coded in full
     (on all of ``x`` when it is that short; its codings are then kept).
     Deterministic: the same whatever the thread count; independent trials and the
-    finalists run in up to ``threads`` threads."""
+    finalists run in up to ``threads`` threads. ``against``: a configuration already
+    chosen (``_drifted``): kept, as the only finalist, unless the sample's best trial is
+    estimated at under DRIFT_GAIN times its size on the sample (the rest is not run)."""
     trials: list[tuple[float, int, str, dict]] = []
     sample = sample_tiles(x)
     sgn = sign_map(sample, quant)
@@ -361,6 +380,11 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
         for bits, cfg in res:
             trials.append((bits, len(trials), name, cfg))
     trials.sort(key=lambda t: t[:2])
+    if against is not None:
+        mine = _estimate(predictors.get(against[0]).encode(sample, quant, against[1], sgn,
+                                                           sample=True), sample.itemsize)
+        if not trials[0][0] < DRIFT_GAIN * mine:
+            return Tuning([against])
     finalists: list[tuple[str, dict]] = []
     variants: set[str] = set()
     for bits, _, name, cfg in trials:
@@ -377,7 +401,7 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
         if len(finalists) == N_FINALISTS:
             break
     if len(finalists) == 1 and not predictors.get(finalists[0][0]).fits:
-        return Tuning(finalists)
+        return Tuning(finalists, bits=trials[0][0] / sample.size)
     nh = head_frames(x.shape)
     whole = nh == x.shape[0]
     head = x if whole else np.ascontiguousarray(x[:nh])
@@ -421,11 +445,12 @@ def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
         coded[config_key(name, fcfg)] = c
         sizes.append((bits, len(finalists)))
         finalists.append((name, fcfg))
+    bits = min(sizes)[0] / head.size
     if len(finalists) == 1:
-        return Tuning(finalists)
+        return Tuning(finalists, bits=bits)
     ranked = [finalists[i] for _, i in sorted(sizes)]
     best = config_key(*ranked[0])
-    return Tuning(ranked, {best: coded[best]} if kept(ranked[0][0]) else None)
+    return Tuning(ranked, {best: coded[best]} if kept(ranked[0][0]) else None, bits)
 
 
 def _fp_quiet(fn: Callable) -> Callable:
@@ -501,11 +526,12 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                candidates: tuple[str, ...] = predictors.CLASSICAL_CANDIDATES,
                                learned: Any = None, thorough: bool = False,
                                finalists: list[tuple[str, dict]] | None = None,
-                               coded_cache: dict[str, predictors.Coded] | None = None
-                               ) -> Encoded:
+                               coded_cache: dict[str, predictors.Coded] | None = None,
+                               drift_ref: float | None = None) -> Encoded:
     """``encode_window``, keeping the classical alternative of a learned window.
     ``coded_cache``: full codings of this very window, or of its first frames, by
-    configuration (``Tuning.head``), used instead of coding them again."""
+    configuration (``Tuning.head``), used instead of coding them again; ``drift_ref``:
+    the stack's ``Tuning.bits`` (``_drifted``; None: no check)."""
     from .predictors.lossless import ordered
 
     x = np.ascontiguousarray(x)
@@ -542,14 +568,7 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         # sets (at 1e-2..1e-4, windows of 8 and 32) and made that file 0.6% larger (tiles
         # misrank by up to 10%), for 4-25% of the encoding time
         name, cfg = finalists[0]
-        pred = predictors.get(name)
-        coded = (coded_cache or {}).get(config_key(name, cfg))
-        if coded is not None and coded.out is not None and coded.out.shape[0] < x.shape[0]:
-            # the tuning coded the window's first frames only: the frames after them
-            nh = coded.out.shape[0]
-            coded = pred.extend(coded, x, quant, cfg, sign_map(x[nh:], quant))
-        if coded is None:
-            coded = pred.encode(x, quant, cfg, sign_map(x, quant))
+        coded = _code_with(x, quant, name, cfg, coded_cache)
     worth = False
     if use_learned:
         lcfg, worth = _learned_trial(x, quant, learned, name if classical else None,
@@ -559,12 +578,52 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         ldata = _pack(x, quant, lcoded, "learned", lcoded.out)
         if coded is None:
             return Encoded(ldata, "learned")
-        cdata = _pack(x, quant, coded, name, coded.out)
+        cdata, name = _drifted(x, quant, classical, name, cfg,
+                               _pack(x, quant, coded, name, coded.out), drift_ref)
         if len(ldata) < len(cdata):
             return Encoded(ldata, "learned", (cdata, name))
         return Encoded(cdata, name)
     assert coded is not None
-    return Encoded(_pack(x, quant, coded, name, coded.out), name)
+    return Encoded(*_drifted(x, quant, classical, name, cfg,
+                             _pack(x, quant, coded, name, coded.out), drift_ref))
+
+
+def _code_with(x: np.ndarray, quant: Quantizer, name: str, cfg: dict,
+               cache: dict[str, predictors.Coded] | None) -> predictors.Coded:
+    """The coding of window ``x`` with configuration (``name``, ``cfg``): from ``cache``
+    (``Tuning.head``) where it holds it, or the frames after its first ones there."""
+    pred = predictors.get(name)
+    coded = (cache or {}).get(config_key(name, cfg))
+    if coded is not None and coded.out is not None and coded.out.shape[0] < x.shape[0]:
+        # the tuning coded the window's first frames only: the frames after them
+        nh = coded.out.shape[0]
+        coded = pred.extend(coded, x, quant, cfg, sign_map(x[nh:], quant))
+    if coded is None:
+        coded = pred.encode(x, quant, cfg, sign_map(x, quant))
+    return coded
+
+
+def _drifted(x: np.ndarray, quant: Quantizer, classical: tuple[str, ...], name: str,
+             cfg: dict, data: bytes, ref: float | None) -> tuple[bytes, str]:
+    """(payload, predictor) of window ``x``, coded as ``data`` with the stack's choice
+    (``name``, ``cfg``): where that takes more than DRIFT times the bits per value the
+    tuning estimated for it (``ref``, ``Tuning.bits``), the window is tuned on its own,
+    and coded with its own choice where that differs, the smaller payload kept (not a
+    window of under DRIFT_MIN_BYTES bytes). A stack
+    whose first window is not like the rest (dark frames, a still start, a pattern that
+    forms later) was coded with a choice made for that window. Each window's check and
+    choice depend on the window and the stack's tuning only: the same bytes whatever the
+    thread count, and for a part of a stack coded with the whole's tuning."""
+    if (ref is None or len(data) < DRIFT_MIN_BYTES
+            or not 8.0 * len(data) > DRIFT * ref * x.size):
+        return data, name
+    tuned = tune(x, quant, classical, against=(name, cfg))
+    nname, ncfg = tuned.finalists[0]
+    if (nname, ncfg) == (name, cfg):
+        return data, name
+    coded = _code_with(x, quant, nname, ncfg, tuned.head)
+    alt = _pack(x, quant, coded, nname, coded.out)
+    return (alt, nname) if len(alt) < len(data) else (data, name)
 
 
 def _pack(x: np.ndarray, quant: Quantizer, coded: predictors.Coded, name: str,
@@ -985,7 +1044,8 @@ def tune_stack(stack: Any, options: Options,
     qp, vrange = _resolve_stack(stack, options, dtype, vrange, integral)
     wlen = window_length(options.window, math.prod(shape[1:]))
     classical = _classical(options)
-    return Tuning(_tune_on(stack.read(*_head(shape, wlen)), qp, classical).finalists)
+    t = _tune_on(stack.read(*_head(shape, wlen)), qp, classical)
+    return Tuning(t.finalists, bits=t.bits)
 
 
 def _resolve_stack(stack: Any, options: Options, dtype: np.dtype,
@@ -1101,7 +1161,8 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, Encoded]:
             t0, t1, x = item
             return t0, t1, encode_window_alternatives(x, qp, candidates, learned, thorough,
-                                                      finalists, cache.pop(t0, None))
+                                                      finalists, cache.pop(t0, None),
+                                                      tuning.bits)
 
         for t0, t1, enc in _ordered_map(work, frames, options.n_threads()):
             data, used = enc.payload, enc.predictor
