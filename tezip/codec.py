@@ -272,7 +272,7 @@ DRIFT_GAIN = 0.95         # ... and then ranked in full only where the best tria
 #                           there (speckle after dark frames at 1e-3: the same file, 0.81x
 #                           the speed instead of 0.64x; smoke after a still start: 0.90
 #                           kept its stack's choice, 0.7x the speed, where 0.95 took files
-#                           1.7-3.8% smaller at 0.45x)
+#                           1.7-3.8% smaller at 0.42-0.48x)
 DRIFT_MIN_BYTES = 1 << 12  # ... and at least this many bytes (a window of near-zero codes:
 #                            its fixed costs, the tables and the record, are most of it)
 _FULL_MARGIN = 1.02       # a finalist is ranked on the window itself only if its sample
