@@ -9,8 +9,8 @@ The stacks are built here, none is played back and forth (SZ3's zstd stage finds
 repeats of a stack played forward and backward: on smoke's 64 x 64 crop lengthened to
 1,024 frames it read 21.9 at 1e-4, against 5.8 on the 64 frames themselves):
 
-- Gray-Scott reaction-diffusion (numpy, below; a 64 x 64 periodic grid, V every 10 steps
-  after 2,000 steps of spin-up) and its central 32 x 32 and 16 x 16 crops;
+- Gray-Scott reaction-diffusion (``edges.py``'s, numpy: a 64 x 64 periodic grid, v every
+  10 steps after 2,000 steps of spin-up) and its central 32 x 32 and 16 x 16 crops;
 - with ``--ks DIR`` (a directory where ``pip install --target DIR py-pde==0.59.0`` put
   py-pde, as ``datasets/build.py`` does for ``ks_pypde``): the Kuramoto-Sivashinsky
   equation (py-pde, nu = 1) on periodic 32 x 32 grids of side 32 after 60 time units,
@@ -44,32 +44,6 @@ pde.KuramotoSivashinskyPDE(nu=1.0).solve(state, t_range=times[-1], dt=0.01, adap
 d = np.asarray(store.data)
 np.save(out, (d - d.mean(axis=(1, 2), keepdims=True)).astype(np.float32))
 """
-
-
-def gray_scott(n: int = 64, frames: int = 2048, every: int = 10, seed: int = 2) -> np.ndarray:
-    """V of the Gray-Scott model (Du 0.16, Dv 0.08, F 0.035, k 0.065) on a periodic
-    ``n`` x ``n`` grid seeded with six 8 x 8 squares, a frame every ``every`` steps after
-    2,000 steps (float32)."""
-    rng = np.random.default_rng(seed)
-    u, v = np.ones((n, n)), np.zeros((n, n))
-    for _ in range(6):
-        y, x = rng.integers(0, n - 8, 2)
-        u[y:y + 8, x:x + 8], v[y:y + 8, x:x + 8] = 0.5, 0.25
-    u += 0.02 * rng.random((n, n))
-    v += 0.02 * rng.random((n, n))
-
-    def lap(z: np.ndarray) -> np.ndarray:
-        return (np.roll(z, 1, 0) + np.roll(z, -1, 0) + np.roll(z, 1, 1) + np.roll(z, -1, 1)
-                - 4 * z)
-
-    out = []
-    for i in range(2000 + frames * every):
-        uvv = u * v * v
-        u += 0.16 * lap(u) - uvv + 0.035 * (1 - u)
-        v += 0.08 * lap(v) + uvv - 0.1 * v
-        if i >= 2000 and (i - 2000) % every == 0:
-            out.append(v.astype(np.float32))
-    return np.stack(out)
 
 
 def crop(a: np.ndarray, side: int) -> np.ndarray:
@@ -126,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import tezip
 
-    gs = gray_scott(frames=args.frames)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from edges import grayscott
+
+    gs = grayscott(t=args.frames, n=64, every=10)
     stacks = {f"gray_scott_{s}": crop(gs, s) for s in (16, 32, 64)}
     if args.ks:
         with tempfile.TemporaryDirectory() as tmp:

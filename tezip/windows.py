@@ -15,10 +15,9 @@ AUTO_WINDOW_VALUES = 1 << 18   # an automatic window (no length asked for) of sm
 #                                is lengthened to hold at least this many values
 #                                (``benchmarks/results/small_frames.md``: on stacks of
 #                                16 x 16 to 64 x 64 frames, windows of 33 frames coded
-#                                5-25% larger than windows of this many values, and a
-#                                window's fixed costs held encoding of 16 x 16 frames to
-#                                a third of the speed); frames of 7,944 values or more
-#                                (89 x 89) keep DEFAULT_WINDOW
+#                                1.05-1.98x larger than windows of this many values, and
+#                                encoded at 0.50-0.95x the speed); frames of 7,944 values
+#                                or more (89 x 89) keep DEFAULT_WINDOW
 ANCHOR_FRAMES = 32             # (``predictors.classical.DEFAULT_ANCHOR``: a lengthened
 #                                window is 1 more than a multiple of it, as DEFAULT_WINDOW)
 
