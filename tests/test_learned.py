@@ -302,3 +302,27 @@ def test_forced_learned_codes_a_last_window_of_one_frame_classically(models, fra
     with TezFile(blob) as f:
         names = [f.window_meta(i)["p"] for i in range(f.n_windows)]
     assert names[-1] != "learned" and "learned" in names[:-1]
+
+
+def test_tiny_frames_do_not_try_the_forecaster(monkeypatch):
+    """The decode floor counts the forecaster's cost per frame (``LEARNED_FRAME_S``):
+    frames of a few values, which it would decode at under 1 MB/s, are not tried (a
+    series of 1 x 1 frames spent 15 s a window in the learned trial)."""
+    from tezip import codec
+    from tezip.learned import registry
+
+    cfg = registry.default().config
+    speeds = [codec.learned_decode_mbps(cfg.macs_per_pixel(), 1, 4, fv)
+              for fv in (1, 64, 1024, 1 << 14)]
+    assert speeds == sorted(speeds) and speeds[0] < 1.0 < codec.DEFAULT_MIN_DECODE_MBPS
+    assert speeds[-1] < codec.learned_decode_mbps(cfg.macs_per_pixel(), 1, 4)
+
+    def no_trial(*a, **k):
+        raise AssertionError("the learned trial ran")
+
+    monkeypatch.setattr(codec, "_learned_trial", no_trial)
+    x = np.cumsum(np.random.default_rng(0).normal(size=4000)).astype(np.float32)
+    blob = tezip.compress(x.reshape(-1, 1, 1), mode="abs", bound=0.01)   # auto
+    check_bound(x.reshape(-1, 1, 1), tezip.decompress(blob), "abs", 0.01)
+    with pytest.raises(AssertionError, match="learned trial"):        # (large enough ones)
+        tezip.compress(smooth_stack((8, 48, 48)), mode="rel", bound=1e-3)

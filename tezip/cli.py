@@ -333,7 +333,7 @@ def _decode_mbps(name: str, model: Any, f: Any) -> float:
     if _is_learned(name) and isinstance(model, dict):
         channels = f.shape[3] if len(f.shape) == 4 else 1
         return learned_decode_mbps(float(model.get("macs_per_pixel") or 0), channels,
-                                   f.dtype.itemsize)
+                                   f.dtype.itemsize, math.prod(f.shape[1:]))
     return classical_decode_mbps(f.dtype.itemsize)
 
 

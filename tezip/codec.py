@@ -63,6 +63,14 @@ CLASSICAL_NS_PER_VALUE = 9.0      # decoding cost of the classical predictors pe
 #                                   efef281 (the shared stacks at 1e-3 and 1e-4); it was
 #                                   15, an estimate older than the compiled decoders
 NN_MACS_PER_S = 12e9              # float32 multiply-adds per second of one core (estimate)
+LEARNED_FRAME_S = 40e-6           # the learned decoder's cost per frame besides its values'
+#                                   (the forecaster's steps are Python calls a frame: the
+#                                   shipped model decoded 4 x 4 frames in 38 us each, 8 x 8 in
+#                                   59, 32 x 32 in 113, 128 x 128 in 939; 0.7.6). Stacks of
+#                                   tiny frames, whose windows (``windows.window_length``) now
+#                                   hold 262,144 frames of 1 x 1, spent 15 s a window in the
+#                                   learned trial of ``auto``, for a forecaster that decodes
+#                                   at 0.1 MB/s
 
 
 @dataclass(frozen=True)
@@ -148,11 +156,16 @@ class Options:
         return DEFAULT_MIN_DECODE_MBPS if self.min_decode_mbps is None else self.min_decode_mbps
 
 
-def learned_decode_mbps(macs_per_pixel: float, channels: int, itemsize: int) -> float:
+def learned_decode_mbps(macs_per_pixel: float, channels: int, itemsize: int,
+                        frame_values: int | None = None) -> float:
     """Expected decoding speed (MB/s, one core) of the learned predictor with a model of
-    this cost: the network's multiply-adds plus the spatial stage."""
+    this cost: the network's multiply-adds plus the spatial stage, and for frames of
+    ``frame_values`` values (channels included; None: large frames) the forecaster's
+    fixed cost per frame (``LEARNED_FRAME_S``)."""
     seconds_per_value = macs_per_pixel / max(channels, 1) / NN_MACS_PER_S \
         + CLASSICAL_NS_PER_VALUE * 1e-9
+    if frame_values is not None:
+        seconds_per_value += LEARNED_FRAME_S / max(1, frame_values)
     return itemsize / seconds_per_value / 1e6
 
 
@@ -1111,7 +1124,7 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
 
         channels = shape[3] if len(shape) == 4 else 1
         fast = learned_decode_mbps(model.config.macs_per_pixel(), channels,
-                                   dtype.itemsize) >= options.floor()
+                                   dtype.itemsize, math.prod(shape[1:])) >= options.floor()
         if fast or options.predictor == "learned":
             learned = for_model(model)
     if options.predictor == "learned" and model is None:
