@@ -14,7 +14,9 @@ repeats of a stack played forward and backward: on smoke's 64 x 64 crop lengthen
 - with ``--ks DIR`` (a directory where ``pip install --target DIR py-pde==0.59.0`` put
   py-pde, as ``datasets/build.py`` does for ``ks_pypde``): the Kuramoto-Sivashinsky
   equation (py-pde, nu = 1) on periodic 32 x 32 grids of side 32 after 60 time units,
-  a frame every 0.25, and its central 16 x 16 crop.
+  a frame every 0.25, and its central 16 x 16 crop;
+- with ``--walks``: every pixel a random walk of its own (float32, 2^21 values), as
+  frames of 1 x 1, 4 x 4 and 8 x 8.
 
 Every file is decoded and checked against the bound.
 """
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ks", help="a pip --target directory holding py-pde 0.59.0")
     ap.add_argument("--frames", type=int, default=2048)
+    ap.add_argument("--walks", action="store_true", help="also random walks, tiny frames")
     ap.add_argument("--bounds", default="1e-2,1e-3,1e-4")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--md", default=os.path.join(REPO, "benchmarks", "results",
@@ -112,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
                            env={**os.environ, "PYTHONPATH": args.ks}, check=True)
             ks = np.load(path)
         stacks.update({"ks_16": crop(ks, 16), "ks_32": ks})
+    if args.walks:
+        walk = np.random.default_rng(0).normal(size=1 << 21).astype(np.float32)
+        for s in (1, 4, 8):
+            stacks[f"random_walks_{s}"] = np.cumsum(walk.reshape(-1, s, s), axis=0,
+                                                    dtype=np.float32)
     lines = [
         "# Small frames: windows of 33 frames against the automatic windows",
         "",
