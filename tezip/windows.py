@@ -16,7 +16,8 @@ AUTO_WINDOW_VALUES = 1 << 18   # an automatic window (no length asked for) of sm
 #                                (``benchmarks/results/small_frames.md``: on stacks of
 #                                16 x 16 to 64 x 64 frames, windows of 33 frames coded
 #                                1.05-1.98x larger than windows of this many values, and
-#                                encoded at 0.50-0.95x the speed); frames of 7,944 values
+#                                encoded at 0.56-1.01x the speed; 1 x 1 frames made files
+#                                larger than the data); frames of 7,944 values
 #                                or more (89 x 89) keep DEFAULT_WINDOW
 ANCHOR_FRAMES = 32             # (``predictors.classical.DEFAULT_ANCHOR``: a lengthened
 #                                window is 1 more than a multiple of it, as DEFAULT_WINDOW)
