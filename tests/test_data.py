@@ -351,6 +351,26 @@ def test_a_manifest_records_an_automatic_window(tmp_path):
     old = mf.Manifest(tmp_path, m.shards, {"window": 33}, 600, {})
     assert old.window_request == old.window == 33
     assert mf.Manifest(tmp_path, m.shards, {}, 600, {}).window == 33    # raw stacks
+    # frames of two sizes: each shard's own window, whatever the order of the inputs
+    a = mf.ShardInfo("a.tez", 1025, (1025, 16, 16), "float32")
+    b = mf.ShardInfo("b.tez", 33, (33, 128, 128), "float32")
+    for shards in ((a, b), (b, a)):
+        mixed = mf.Manifest(tmp_path, shards, {"window": None}, 1058, {})
+        assert mixed.window == 33
+        assert mixed.shard_windows == tuple(1025 if s is a else 33 for s in shards)
+
+
+def test_units_follow_each_shards_window():
+    """The order's units are each shard's window where they differ (automatic windows of
+    frames of two sizes), and the one ``unit_frames`` elsewhere."""
+    from tezip.dataset import order as od
+
+    s = od.Samples((100, 100), length=1, stride=1)
+    first, lens = od.units(s, "window", 33, None, (50, 25))
+    assert lens.tolist() == [50, 50, 25, 25, 25, 25]
+    assert od.units(s, "window", 50)[1].tolist() == [50, 50, 50, 50]
+    with pytest.raises(ValueError, match="shard_units"):
+        od.OrderSpec(shard_units=(0, 3))
 
 def test_stream_options_and_frames(dataset, decoded):
     s = TezShardStream(dataset, shuffle=3, lanes=2, rank=0, world_size=1, with_index=True)

@@ -157,6 +157,9 @@ def test_config_round_trip():
     auto = Tezip(bound=1e-3)
     assert auto.window is None and "window" not in auto.get_config()
     assert Tezip.from_config(auto.get_config()) == auto
+    a3 = auto.zarr3()           # (its fields: window None, no entry in its configuration)
+    assert a3.window is None and "window" not in a3.to_dict()["configuration"]
+    assert type(a3).from_dict(a3.to_dict()) == a3 and hash(a3) == hash(a3) and repr(a3)
     v3 = c.zarr3()
     assert type(v3).from_dict(v3.to_dict()) == v3
     assert v3.to_dict()["name"] == "tezip"

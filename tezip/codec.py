@@ -211,7 +211,7 @@ def sample_tiles(x: np.ndarray) -> np.ndarray:
         n = max(1, math.ceil((want - 1) / (tile - 1))) * (tile - 1) + 1
         if n >= t:
             return x
-        t0 = min((t // 2) // (tile - 1) * (tile - 1), t - n)
+        t0 = min(t // 2, t - n) // (tile - 1) * (tile - 1)
         return x[t0:t0 + n]
     ny, nx = h // tile, w // tile
     per = t * tile * tile * (x.shape[3] if x.ndim == 4 else 1)

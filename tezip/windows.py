@@ -18,7 +18,7 @@ AUTO_WINDOW_VALUES = 1 << 18   # an automatic window (no length asked for) of sm
 #                                1.05-1.98x larger than windows of this many values, and
 #                                encoded at 0.56-1.01x the speed; 1 x 1 frames made files
 #                                larger than the data); frames of 7,944 values
-#                                or more (89 x 89) keep DEFAULT_WINDOW
+#                                or more (90 x 90) keep DEFAULT_WINDOW
 ANCHOR_FRAMES = 32             # (``predictors.classical.DEFAULT_ANCHOR``: a lengthened
 #                                window is 1 more than a multiple of it, as DEFAULT_WINDOW)
 

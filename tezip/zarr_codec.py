@@ -234,7 +234,7 @@ def _make_zarr3_class() -> type:
         bound: float | None
         rel_bound: float | None
         predictor: str
-        window: int
+        window: int | None          # None: automatic (no entry in the configuration)
         value_range: tuple[float, float] | None
 
         is_fixed_size = False
@@ -245,8 +245,9 @@ def _make_zarr3_class() -> type:
                 if key != "id":
                     object.__setattr__(self, key, tuple(value) if key == "value_range"
                                        else value)
-            if codec.value_range is None:
-                object.__setattr__(self, "value_range", None)
+            for key in ("window", "value_range"):     # (left out of get_config when None)
+                if getattr(codec, key) is None:
+                    object.__setattr__(self, key, None)
             object.__setattr__(self, "_codec", codec)
 
         @classmethod

@@ -85,12 +85,20 @@ class Manifest:
     @property
     def window(self) -> int:
         """Frames per window of the shards (the loader's unit of reading): the length
-        asked for, or the automatic length for the first shard's frames."""
+        asked for, or for automatic windows the shortest of the shards' (``windows.
+        window_length`` of their frames; ``shard_windows`` has each one's)."""
         w = self.window_request
         if w is None:
-            fv = math.prod(self.shards[0].frame_shape) if self.shards else 1
-            return window_length(None, fv)
+            return min(self.shard_windows, default=window_length(None, 1))
         return w
+
+    @property
+    def shard_windows(self) -> tuple[int, ...]:
+        """Each shard's window length (frames): the one asked for, or the automatic one of
+        its frames."""
+        w = self.window_request
+        return tuple(w if w is not None else window_length(None, math.prod(s.frame_shape))
+                     for s in self.shards)
 
     @property
     def frame_shapes(self) -> list[tuple[int, ...]]:

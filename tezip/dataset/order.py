@@ -93,9 +93,11 @@ class Samples:
 
 
 def units(samples: Samples, unit: Unit, unit_frames: int,
-          shards: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+          shards: np.ndarray | None = None,
+          shard_units: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
     """(first sample id, number of samples) of each unit in natural order, over
-    ``shards`` (default: all)."""
+    ``shards`` (default: all); ``shard_units``: each shard's unit in frames, where they
+    differ (else ``unit_frames`` for every shard)."""
     firsts, lens = [], []
     for s in (range(len(samples.frames)) if shards is None else shards.tolist()):
         c = int(samples.counts[s])
@@ -108,9 +110,10 @@ def units(samples: Samples, unit: Unit, unit_frames: int,
             continue
         # sample k starts at frame k * stride; unit w holds the k with
         # w * U <= k * stride < (w + 1) * U
+        uf = shard_units[s] if shard_units else unit_frames
         last_frame = (c - 1) * samples.stride
-        w = np.arange(last_frame // unit_frames + 2, dtype=np.int64)
-        k0 = np.minimum(c, -(-w * unit_frames // samples.stride))
+        w = np.arange(last_frame // uf + 2, dtype=np.int64)
+        k0 = np.minimum(c, -(-w * uf // samples.stride))
         n = np.diff(k0)
         keep = n > 0
         firsts.append(base + k0[:-1][keep])
@@ -132,6 +135,8 @@ class OrderSpec:
     unit: Unit = "window"
     unit_frames: int = 16       # frames per unit (the data set's window)
     group_by_shape: bool = False
+    shard_units: tuple[int, ...] = ()   # each shard's unit, where they differ (automatic
+    #                                     windows: their length depends on the frames')
 
     def __post_init__(self) -> None:
         for name in ("shuffle", "seed", "lanes", "unit_frames"):
@@ -141,6 +146,9 @@ class OrderSpec:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
         if self.unit not in ("window", "shard"):
             raise ValueError(f"unit must be 'window' or 'shard', got {self.unit!r}")
+        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1
+               for v in self.shard_units):
+            raise ValueError(f"shard_units must be integers >= 1, got {self.shard_units!r}")
 
     @property
     def block(self) -> int:
@@ -154,7 +162,8 @@ class _Class:
                  tag: int) -> None:
         self.spec = spec
         self.tag = tag
-        self.first, self.len = units(samples, spec.unit, spec.unit_frames, shards)
+        self.first, self.len = units(samples, spec.unit, spec.unit_frames, shards,
+                                     spec.shard_units)
         self.n = int(self.len.sum())
         self.q, self.r = divmod(self.n, spec.lanes)
         self._units: tuple[int, np.ndarray, np.ndarray] | None = None

@@ -545,7 +545,8 @@ class TezShardStream(_ShardData, IterableDataset):
         cls = np.array([shapes.index(s.frame_shape) for s in self.manifest.shards], np.int64)
         self.order = od.GlobalOrder(
             self.samples, od.OrderSpec(self.shuffle, self.seed, self.lanes, unit,
-                                       self.manifest.window, group), cls)
+                                       self.manifest.window, group,
+                                       self._shard_units()), cls)
         self.start = 0
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
@@ -594,6 +595,12 @@ class TezShardStream(_ShardData, IterableDataset):
         """The sample ids that ``rank``'s worker ``worker`` (of ``workers``) yields."""
         e = self.epoch if epoch is None else epoch
         return od.consumer_ids(self.order, e, self.layout(rank, worker, workers))
+
+    def _shard_units(self) -> tuple[int, ...]:
+        """Each shard's unit of the order (its window), where they differ: automatic
+        windows of frames of different sizes (else every shard's is the data set's)."""
+        units = self.manifest.shard_windows
+        return units if len(set(units)) > 1 else ()
 
     def read_cost(self, workers: int = 1, epoch: int | None = None) -> od.ReadCost:
         """Window decodes per epoch for this world size and ``workers`` per rank."""
