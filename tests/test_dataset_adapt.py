@@ -117,3 +117,24 @@ def test_prepare_adapt_two_ranks(tmp_path):
                          mpi=2).stdout)
     assert len(out["per_rank"]) == 2
     _check(tmp_path / "ds", srcs)
+
+
+def test_the_skip_notes_hint_lets_the_forecaster_through():
+    """For tiny frames (under 1 MB/s) the suggested floor is under the estimate (it was
+    "1", which skipped again), and the note calls the floor the default only if it is."""
+    from types import SimpleNamespace
+
+    from tezip import make_bound
+    from tezip.codec import Options
+    from tezip.dataset import adapt, plan
+
+    def run_of(shape, floor):
+        return SimpleNamespace(infos=[plan.SourceInfo(shape, "float32", None, (0, 0))],
+                               options=Options(make_bound("rel", 1e-3),
+                                               min_decode_mbps=floor))
+
+    for shape, floor in (((20000, 1, 1), 1.0), ((20000, 1, 1), 100.0), ((64, 64, 64), 100.0)):
+        note = adapt.too_slow(run_of(shape, floor))
+        hint = float(note.split("Pass --min-decode-mbps ")[1].split()[0])
+        assert adapt.too_slow(run_of(shape, hint)) is None
+        assert ("the data set default" in note) == (floor == 100.0)

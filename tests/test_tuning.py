@@ -333,3 +333,24 @@ def test_a_part_coded_with_the_wholes_tuning_has_the_wholes_drifted_windows():
         assert [f.window_meta(i)["p"] for i in (1, 2)] == [g.window_meta(i)["p"]
                                                            for i in (0, 1)] == ["interp"] * 2
         np.testing.assert_array_equal(f[33:], g.read_all())
+
+
+def test_windows_of_few_frames_are_not_checked_for_drift(monkeypatch):
+    """A window of under HEAD_FRAMES frames keeps the stack's choice (a tuning costs
+    several codings of it)."""
+    import tezip
+
+    x = _dark_start()
+    tuned = []
+    real = codec.tune
+
+    def spy(w, *a, **k):
+        tuned.append(w.shape[0])
+        return real(w, *a, **k)
+
+    monkeypatch.setattr(codec, "tune", spy)
+    tezip.compress(x, mode="abs", bound=4, predictor="classical", window=4, threads=1)
+    assert tuned == [4]
+    tuned.clear()
+    tezip.compress(x, mode="abs", bound=4, predictor="classical", window=8, threads=1)
+    assert tuned[0] == 8 and len(tuned) > 1         # (8 frames: checked, and some drift)

@@ -622,12 +622,15 @@ def _drifted(x: np.ndarray, quant: Quantizer, classical: tuple[str, ...], name: 
     (``name``, ``cfg``): where that takes more than DRIFT times the bits per value the
     tuning estimated for it (``ref``, ``Tuning.bits``), the window is tuned on its own,
     and coded with its own choice where that differs, the smaller payload kept (not a
-    window of under DRIFT_MIN_BYTES bytes). A stack
+    window of under DRIFT_MIN_BYTES bytes, nor of under HEAD_FRAMES frames: a tuning's
+    trials and finalists cost several codings of such a window, and windows of one frame,
+    dynamic ones after a still start or ``window=1``, encoded 3.3-7.5x slower for 0-4%,
+    helper-46). A stack
     whose first window is not like the rest (dark frames, a still start, a pattern that
     forms later) was coded with a choice made for that window. Each window's check and
     choice depend on the window and the stack's tuning only: the same bytes whatever the
     thread count, and for a part of a stack coded with the whole's tuning."""
-    if (ref is None or len(data) < DRIFT_MIN_BYTES
+    if (ref is None or len(data) < DRIFT_MIN_BYTES or x.shape[0] < HEAD_FRAMES
             or not 8.0 * len(data) > DRIFT * ref * x.size):
         return data, name
     tuned = tune(x, quant, classical, against=(name, cfg))

@@ -22,6 +22,7 @@ import numpy as np
 from ..codec import ADAPT_MAX_VALUES, learned_decode_mbps, resolve
 from ..errors import OptionError
 from .comm import Comm
+from .config import DATASET_MIN_DECODE_MBPS
 
 ADAPTED = "adapted-model.safetensors"
 
@@ -59,11 +60,15 @@ def too_slow(run: Any) -> str | None:
                      for info in run.infos)
     if mbs >= floor:
         return None
-    return (f"--adapt skipped: the learned forecaster decodes {dtype} at about {mbs:.0f} "
-            f"MB/s per core, below --min-decode-mbps {floor:g} (the data set default, so "
-            f"that loaders keep up), so no window could use it; the shards use the classical "
-            f"predictors. Pass --min-decode-mbps {max(1, int(mbs) // 2)} to trade decoding "
-            f"speed for size")
+    default = floor == DATASET_MIN_DECODE_MBPS
+    # a floor that lets it through: half the estimate, in two significant digits (tiny
+    # frames decode under 1 MB/s: "1" was still above it)
+    hint = float(f"{mbs / 2:.2g}") if mbs < 2 else max(1, int(mbs) // 2)
+    return (f"--adapt skipped: the learned forecaster decodes {dtype} at about {mbs:.2g} "
+            f"MB/s per core, below --min-decode-mbps {floor:g}"
+            + (" (the data set default, so that loaders keep up)" if default else "")
+            + ", so no window could use it; the shards use the classical predictors. Pass "
+            f"--min-decode-mbps {hint:g} to trade decoding speed for size")
 
 
 def fit_dataset(run: Any, comm: Comm, seconds: float) -> bytes:
