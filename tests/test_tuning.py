@@ -256,6 +256,19 @@ def test_extending_a_head_coding_gives_the_windows_coding(a, mode, bound, nh):
     assert got.config == want.config
 
 
+def _count_tunings(monkeypatch) -> list[int]:
+    """The frames of each window ``codec.tune`` runs on, from now on."""
+    tuned: list[int] = []
+    real = codec.tune
+
+    def spy(w, *a, **k):
+        tuned.append(w.shape[0])
+        return real(w, *a, **k)
+
+    monkeypatch.setattr(codec, "tune", spy)
+    return tuned
+
+
 def _dark_start(dtype="uint16"):
     """33 dark frames (a bias and read noise) before a signal: a first window unlike the
     rest."""
@@ -290,14 +303,7 @@ def test_the_drift_check_never_codes_a_window_larger(monkeypatch):
     import tezip
 
     x = smooth_stack((99, 40, 36), seed=6)
-    tuned = []
-    real = codec.tune
-
-    def spy(w, *a, **k):
-        tuned.append(w.shape[0])
-        return real(w, *a, **k)
-
-    monkeypatch.setattr(codec, "tune", spy)
+    tuned = _count_tunings(monkeypatch)
     kw = dict(mode="rel", bound=1e-3, predictor="classical", window=33, threads=1)
     plain = tezip.compress(x, **kw)
     assert tuned == [33]                # the stack's tuning only
@@ -341,14 +347,7 @@ def test_windows_of_few_frames_are_not_checked_for_drift(monkeypatch):
     import tezip
 
     x = _dark_start()
-    tuned = []
-    real = codec.tune
-
-    def spy(w, *a, **k):
-        tuned.append(w.shape[0])
-        return real(w, *a, **k)
-
-    monkeypatch.setattr(codec, "tune", spy)
+    tuned = _count_tunings(monkeypatch)
     tezip.compress(x, mode="abs", bound=4, predictor="classical", window=4, threads=1)
     assert tuned == [4]
     tuned.clear()
