@@ -26,15 +26,11 @@ sys.path.insert(0, str(REPO))
 
 from tezip import make_bound, predictors  # noqa: E402
 from tezip.atomic import atomic_output  # noqa: E402
-from tezip.codec import (  # noqa: E402
-    DEFAULT_WINDOW,
-    encode_window_alternatives,
-    learned_decode_mbps,
-    resolve,
-)
+from tezip.codec import encode_window_alternatives, learned_decode_mbps, resolve  # noqa: E402
 from tezip.learned import adapt, registry  # noqa: E402
 from tezip.learned.model import ModelConfig  # noqa: E402
 from tezip.predictors.learned import for_model  # noqa: E402
+from tezip.windows import DEFAULT_WINDOW  # noqa: E402
 
 
 def measure(a: np.ndarray, hidden: tuple[int, ...], seconds: float, bound: float,

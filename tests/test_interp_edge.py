@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_bound import stacks
 
 import tezip
-from tezip import codec, predictors
+from tezip import codec, predictors, windows
 from tezip.errors import CorruptFileError
 from tezip.kernels.consts import FLAG
 from tezip.predictors.classical import DEFAULT_ANCHOR
@@ -116,7 +116,7 @@ def test_the_edge_setting_is_ranked_on_the_sample_not_among_the_finalists():
 def test_the_default_window_ends_on_the_anchor_grid():
     # a window of DEFAULT_WINDOW frames has its last frame on the interpolation's anchor
     # grid: no frame of a full window is extrapolated in time
-    assert (codec.DEFAULT_WINDOW - 1) % DEFAULT_ANCHOR == 0
+    assert (windows.DEFAULT_WINDOW - 1) % DEFAULT_ANCHOR == 0
 
 
 def test_info_labels_edge_windows(tmp_path):

@@ -30,15 +30,7 @@ from .container import FORMAT_VERSION, ContainerReader, ContainerWriter, check_a
 from .errors import CorruptFileError, DecodeMismatchError, OptionError, UnsupportedError
 from .kernels.consts import MODE_LOG, RUN_CHUNK
 from .quantize import ErrorBound, Quantizer, QuantParams, check_dtype, quantizer, resolve
-from .windows import (
-    DEFAULT_WINDOW as DEFAULT_WINDOW,  # (re-exported: tezip.codec.DEFAULT_WINDOW)
-)
-from .windows import (
-    MAX_WINDOW_VALUES,
-    coded_windows,
-    dynamic_windows,
-    window_length,
-)
+from .windows import MAX_WINDOW_VALUES, coded_windows, dynamic_windows, window_length
 
 # the allocator keeps the windows' buffers between windows (``allocator``: in some
 # processes, up to a quarter of the encoding time went to page faults)
@@ -579,7 +571,8 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         # every window takes the stack's best: a check of each later window among the
         # finalists, on a sample of its tiles, switched 2 windows in 62 on the shared data
         # sets (at 1e-2..1e-4, windows of 8 and 32) and made that file 0.6% larger (tiles
-        # misrank by up to 10%), for 4-25% of the encoding time
+        # misrank by up to 10%), for 4-25% of the encoding time; but a window that takes
+        # far more bits than the tuning said is checked (``_drifted``)
         name, cfg = finalists[0]
         coded = _code_with(x, quant, name, cfg, coded_cache)
     worth = False
@@ -625,11 +618,11 @@ def _drifted(x: np.ndarray, quant: Quantizer, classical: tuple[str, ...], name: 
     window of under DRIFT_MIN_BYTES bytes, nor of under HEAD_FRAMES frames: a tuning's
     trials and finalists cost several codings of such a window, and windows of one frame,
     dynamic ones after a still start or ``window=1``, encoded 3.3-7.5x slower for 0-4%,
-    helper-46). A stack
-    whose first window is not like the rest (dark frames, a still start, a pattern that
-    forms later) was coded with a choice made for that window. Each window's check and
-    choice depend on the window and the stack's tuning only: the same bytes whatever the
-    thread count, and for a part of a stack coded with the whole's tuning."""
+    helper-46). A stack whose first window is not like the rest (dark frames, a still
+    start, a pattern that forms later) was coded with a choice made for that window.
+    Each window's check and choice depend on the window and the stack's tuning only: the
+    same bytes whatever the thread count, and for a part of a stack coded with the
+    whole's tuning."""
     if (ref is None or len(data) < DRIFT_MIN_BYTES or x.shape[0] < HEAD_FRAMES
             or not 8.0 * len(data) > DRIFT * ref * x.size):
         return data, name

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from ..codec import DEFAULT_WINDOW, TezFile, __version__
+from ..codec import TezFile, __version__
 from ..errors import CorruptFileError, FormatVersionError, InputError, TezipError
 from ..io import atomic_output
-from ..windows import window_length
+from ..windows import DEFAULT_WINDOW, window_length
 
 MANIFEST = "manifest.json"
 FORMAT = "tezip-dataset"
