@@ -326,3 +326,31 @@ def test_tiny_frames_do_not_try_the_forecaster(monkeypatch):
     check_bound(x.reshape(-1, 1, 1), tezip.decompress(blob), "abs", 0.01)
     with pytest.raises(AssertionError, match="learned trial"):        # (large enough ones)
         tezip.compress(smooth_stack((8, 48, 48)), mode="rel", bound=1e-3)
+
+
+def test_the_learned_trial_runs_on_the_first_frames_of_a_long_window():
+    """The trial's crop holds at most ``_TRIAL_FRAMES`` frames: a window lengthened for
+    small frames (4,097 of 8 x 8) ran the network over every frame."""
+    from tezip import codec, quantize
+    from tezip.learned import registry
+    from tezip.predictors.learned import for_model
+
+    learned = for_model(registry.default())
+    seen = []
+    real = learned.configs
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(learned, name)
+
+        def configs(self, crop, quant):
+            seen.append(crop.shape)
+            return real(crop, quant)
+
+    x = smooth_stack((300, 16, 16))
+    quant = quantize.quantizer(quantize.resolve(quantize.ErrorBound("rel", rel=1e-3),
+                                                x.dtype, (float(x.min()), float(x.max()))))
+    codec._learned_trial(x, quant, Spy(), None, None)
+    assert seen == [(codec._TRIAL_FRAMES, 16, 16)] and codec._TRIAL_FRAMES == 65
+    codec._learned_trial(x[:40], quant, Spy(), None, None)
+    assert seen[-1] == (40, 16, 16)
