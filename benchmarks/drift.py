@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                        f"| {'yes' if b0 == b1 else 'no'} |")
                 print(row, flush=True)
                 lines.append(row)
-    with open(args.md, "w") as fh:
+    from tezip.atomic import atomic_output
+
+    with atomic_output(args.md, force=True) as tmp, open(tmp, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     return 0
 

@@ -146,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                    f"{g[0] / f[0]:.2f}x | {g[0] / s[0]:.2f}x |")
             print(row, flush=True)
             lines.append(row)
-    with open(args.md, "w") as fh:
+    from tezip.atomic import atomic_output
+
+    with atomic_output(args.md, force=True) as tmp, open(tmp, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     return 0
 
