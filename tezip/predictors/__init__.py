@@ -215,7 +215,7 @@ def get(name: str) -> Any:
 
 for _name, _target in (("interp", "classical:Interpolation"), ("lorenzo", "classical:Lorenzo3D"),
                        ("spatial", "classical:Lorenzo2D"), ("bits", "lossless:BitsLorenzo"),
-                       ("shuffle", "shuffle:ByteShuffle")):
+                       ("shuffle", "shuffle:ByteShuffle"), ("wavelet", "transform:Wavelet")):
     register(_name, f"tezip.predictors.{_target}")
 
 # the codings of bit-exact floats, chosen per window by their real size
@@ -223,6 +223,10 @@ LOSSLESS = ("bits", "shuffle")
 
 # tried by 'classical' and 'auto'
 CLASSICAL_CANDIDATES = ("interp", "lorenzo", "spatial")
+
+# the transform coder (``transform.Wavelet``, format v8): tried by 'auto' beside the
+# classical predictors on the first window (``codec.tune``)
+TRANSFORM = "wavelet"
 
 
 def model_identity(options: Any) -> str | None:
