@@ -406,9 +406,9 @@ def _tezip_rows(case: _Case, predictors: Sequence[str]) -> list[Row]:
 
         # data refused by design before anything is encoded (UnsupportedError: a dtype
         # tezip does not code, a single frame; OptionError, the learned predictor: lossless
-        # floats, no model installed) skips the row, as for a codec that cannot take the
-        # data: it is not failed
-        unsupported = (UnsupportedError, OptionError) if pred == "learned" \
+        # floats, no model installed; the wavelet: lossless data) skips the row, as for a
+        # codec that cannot take the data: it is not failed
+        unsupported = (UnsupportedError, OptionError) if pred in ("learned", "wavelet") \
             else (UnsupportedError,)
         rows.append(_measure(row, case, enc, dec, len, check, unsupported))
     return rows

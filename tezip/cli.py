@@ -138,10 +138,10 @@ _MODE_HELP = ("abs: |x-x'| <= bound; rel: bound is a fraction of the value range
 @click.option("--bound", type=float, help="error bound (see --mode)")
 @click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
 @click.option("--predictor", default="auto", show_default=True,
-              help="auto (the classical predictor and settings that code the first window "
-                   "smallest, and per window the learned one where a model is at hand and "
-                   "it codes smaller), classical, learned, or one of: "
-                   + ", ".join(predictors.CLASSICAL_CANDIDATES))
+              help="auto (the classical predictor and settings, or the wavelet, that code "
+                   "the first window smallest, and per window the learned one where a model "
+                   "is at hand and it codes smaller), classical, learned, wavelet, or one "
+                   "of: " + ", ".join(predictors.CLASSICAL_CANDIDATES))
 @click.option("--adapt", is_flag=True,
               help="fit the learned forecaster to this data (needs PyTorch) and store it in "
                    "the output, which then decodes anywhere")
@@ -457,10 +457,10 @@ def _verify_dataset(directory: Path, as_json: bool) -> None:
 @click.option("--bound", type=float, help="error bound (see --mode)")
 @click.option("--rel-bound", type=float, help="relative bound for --mode absrel")
 @click.option("--predictor", default="auto", show_default=True,
-              help="auto (the classical predictor and settings that code the first window "
-                   "smallest, and per window the learned one where a model is at hand and "
-                   "it codes smaller), classical, learned, or one of: "
-                   + ", ".join(predictors.CLASSICAL_CANDIDATES))
+              help="auto (the classical predictor and settings, or the wavelet, that code "
+                   "the first window smallest, and per window the learned one where a model "
+                   "is at hand and it codes smaller), classical, learned, wavelet, or one "
+                   "of: " + ", ".join(predictors.CLASSICAL_CANDIDATES))
 @click.option("--window", type=int, help=WINDOW_HELP)
 @click.option("--dataset", help="dataset path inside HDF5 inputs (or give FILE.h5:/path)")
 @click.option("--shard-size", default=128.0, show_default=True, type=float,

@@ -42,7 +42,7 @@ from .windows import (
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.7.6"
+__version__ = "0.8.0"
 _SHA256 = re.compile("[0-9a-f]{64}")
 
 
@@ -99,7 +99,7 @@ class Options:
                                                math.isfinite(self.threshold)):
             raise OptionError(f"threshold must be a positive fraction of the value range, "
                               f"got {self.threshold}")
-        allowed = ("auto", "classical", *predictors.CLASSICAL_CANDIDATES, "learned")
+        allowed = ("auto", "classical", *predictors.CLASSICAL_CANDIDATES, TRANSFORM, "learned")
         if self.predictor not in allowed:
             raise OptionError(f"unknown predictor '{self.predictor}'; choose one of "
                               f"{', '.join(allowed)}")
@@ -124,6 +124,11 @@ class Options:
             raise OptionError(f"adapt seconds must be positive, got {self.adapt_seconds}")
         if self.min_decode_mbps is not None and not self.min_decode_mbps >= 0:
             raise OptionError(f"min decode MB/s must be >= 0, got {self.min_decode_mbps}")
+        if self.predictor == TRANSFORM and self.bound.mode in ("pwrel", "lossless"):
+            what = ("lossless data" if self.bound.mode == "lossless"
+                    else "point-wise relative bounds (--mode pwrel)")
+            raise OptionError(f"the wavelet codes absolute and relative bounds, not {what}; "
+                              "use --predictor auto or classical")
         if self.predictor == "learned" and self.bound.mode == "pwrel":
             # known before reading any data (resolve_model would refuse it only then)
             raise OptionError("the learned predictor codes absolute and relative bounds and "
@@ -144,7 +149,8 @@ class Options:
         if self.predictor == "classical":
             return predictors.CLASSICAL_CANDIDATES
         if self.predictor == "auto":
-            return predictors.CLASSICAL_CANDIDATES + (("learned",) if learned else ())
+            return (*predictors.CLASSICAL_CANDIDATES, TRANSFORM, *(("learned",) if learned
+                                                                   else ()))
         return (self.predictor,)
 
     def n_threads(self) -> int:
@@ -304,6 +310,22 @@ _FIT_MARGIN = 1.15        # a configuration is fitted to a finalist's coding of 
 #                           (``ValuePredictor.fitted``) only if it is this close to the best
 
 
+TRANSFORM = predictors.TRANSFORM  # the transform coder, tried beside the classical
+#                                  predictors where the options name it
+TRANSFORM_GAIN = 0.9      # ... and taken where its estimate on the first window is
+#                           under this times the classical choice's (its decoding is the
+#                           slower)
+TRANSFORM_CROP = 64       # ... after a screen on the window's central 64 x 64 pixels: its
+TRANSFORM_SCREEN = 0.85   # coefficients alone under this times the classical choice's codes
+#                           there (the corrections add 1-5% to a transform coding at its
+#                           first step, so 0.9 x 0.95); its verdict was the whole window's
+#                           in 21 of 21 cells (the shared stacks and edges.py's smooth
+#                           fields at 1e-2..1e-4), and a full trial that failed after it
+#                           cost `auto` half its speed (ks_pypde and speckle at 1e-2)
+TRANSFORM_MIN_FRAMES = 9  # ... in windows of at least this many frames (fewer take no
+#                           level along time)
+
+
 def head_frames(shape: tuple[int, ...]) -> int:
     """How many of the first frames of a window of ``shape`` rank the finalists: all of a
     window of up to HEAD_FRAMES frames (its codings are then kept), else as many as hold
@@ -336,6 +358,105 @@ def config_key(name: str, cfg: dict) -> str:
 
 def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
          threads: int = 1, against: tuple[str, dict] | None = None) -> Tuning:
+    """``_tune_classical`` among the candidates other than the transform (TRANSFORM),
+    then, where it is one of them, the transform against their best (``_or_transform``);
+    the transform alone where it is the only one (``_transform_only``). A drift check's
+    tuning (``against``) ranks the classical predictors only."""
+    rest = tuple(c for c in candidates if c != TRANSFORM)
+    if not rest:
+        if against is None:
+            return _transform_only(x, quant, threads)
+        rest = predictors.CLASSICAL_CANDIDATES
+    tuned = _tune_classical(x, quant, rest, threads, against)
+    if TRANSFORM in candidates and against is None:
+        return _or_transform(x, quant, tuned)
+    return tuned
+
+
+def _transform_coded(x: np.ndarray, quant: Quantizer, cfg: dict
+                     ) -> tuple[float, dict, predictors.Coded]:
+    """(estimated bits, ``cfg``, coding) of window ``x`` by the transform."""
+    coded = predictors.get(TRANSFORM).encode(x, quant, cfg, sign_map(x, quant))
+    return _estimate(coded, x.itemsize), cfg, coded
+
+
+def _best_transform(x: np.ndarray, quant: Quantizer,
+                    first: tuple[float, dict, predictors.Coded] | None = None
+                    ) -> tuple[float, dict, predictors.Coded]:
+    """``_transform_coded`` of the transform's best step on window ``x``: its first
+    choice (``first``, where already coded), then each neighbouring step while it codes
+    smaller, downwards, else upwards."""
+    cfgs = predictors.get(TRANSFORM).configs(x, quant)
+    order = sorted(c["d"] for c in cfgs)
+    i = order.index(cfgs[0]["d"])
+    best = first or _transform_coded(x, quant, cfgs[0])
+    for di in (-1, 1):
+        j = i + di
+        while 0 <= j < len(order):
+            alt = _transform_coded(x, quant, {"d": order[j]})
+            if not alt[0] < best[0]:
+                break
+            best = alt
+            j += di
+        if best[1] != cfgs[0]:
+            break
+    return best
+
+
+def _transform_tuning(best: tuple[float, dict, predictors.Coded]) -> Tuning:
+    cfg = best[1]
+    return Tuning([(TRANSFORM, cfg)], {config_key(TRANSFORM, cfg): best[2]})
+
+
+def _transform_only(x: np.ndarray, quant: Quantizer, threads: int = 1) -> Tuning:
+    """The transform as the only candidate (``--predictor wavelet``); the classical
+    predictors where the bound leaves nothing to transform (integers under a bound below
+    1, which is lossless; ``Options`` refuses the modes it does not code)."""
+    if not predictors.get(TRANSFORM).configs(x, quant):
+        return _tune_classical(x, quant, predictors.CLASSICAL_CANDIDATES, threads)
+    return _transform_tuning(_best_transform(x, quant))
+
+
+def _transform_crop(x: np.ndarray) -> np.ndarray:
+    """The transform's screen (``_or_transform``): every frame of the window, its central
+    TRANSFORM_CROP x TRANSFORM_CROP pixels (all of a smaller frame)."""
+    h, w = x.shape[1:3]
+    y0, x0 = max(0, (h - TRANSFORM_CROP) // 2), max(0, (w - TRANSFORM_CROP) // 2)
+    return np.ascontiguousarray(x[:, y0:y0 + TRANSFORM_CROP, x0:x0 + TRANSFORM_CROP])
+
+
+def _or_transform(x: np.ndarray, quant: Quantizer, tuned: Tuning) -> Tuning:
+    """``tuned``, or the transform in its place where its coding of the window ``x`` is
+    estimated under TRANSFORM_GAIN times the size of the classical choice's (then every
+    window takes it, without a drift check). First a screen on ``_transform_crop``: the
+    transform's coefficients alone (80-97% of its coding) against the classical choice's
+    codes there; where they are under TRANSFORM_SCREEN times, both code the whole window
+    (the classical coding is the window's own: kept in the tuning's ``head``). Where the
+    screen fails, ``tuned`` itself: the file is the classical path's, byte for byte."""
+    from . import entropy
+
+    pred = predictors.get(TRANSFORM)
+    cfgs = pred.configs(x, quant)
+    if not cfgs or not tuned.finalists or x.shape[0] < TRANSFORM_MIN_FRAMES:
+        return tuned
+    name, cfg = tuned.finalists[0]
+    crop = _transform_crop(x)
+    theirs = _estimate(predictors.get(name).encode(crop, quant, cfg, sign_map(crop, quant),
+                                                   sample=True), x.itemsize)
+    codes, ctx = pred.coefficients(crop, quant, cfgs[0])
+    if not entropy.estimate_bits(codes, ctx, pred.n_ctx, pred.groups, 8.0 * x.itemsize,
+                                 False) < TRANSFORM_SCREEN * theirs:
+        return tuned
+    coded = _code_with(x, quant, name, cfg, tuned.head)
+    mine = _estimate(coded, x.itemsize)
+    first = _transform_coded(x, quant, cfgs[0])
+    if not first[0] < TRANSFORM_GAIN * mine:
+        return Tuning(tuned.finalists, {config_key(name, cfg): coded}, tuned.bits)
+    return _transform_tuning(_best_transform(x, quant, first))
+
+
+def _tune_classical(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
+                    threads: int = 1, against: tuple[str, dict] | None = None) -> Tuning:
     """Every candidate predictor tuned on a sample of ``x`` (the stack's first window);
     the ``N_FINALISTS`` best whose estimate is within ``_FULL_MARGIN`` of the best (and
     that differ in more than a predictor's ``sample_ranked`` settings) are then ordered

@@ -39,10 +39,11 @@ from .checksum import crc32
 from .errors import CorruptFileError, FormatVersionError, InputError, OptionError, OutputError
 
 MAGIC = b"\x89TEZ\r\n\x1a\n"
-FORMAT_VERSION = 7          # v1 files are read by tezip.legacy.v1; v2 to v6 by this reader
+FORMAT_VERSION = 8          # v1 files are read by tezip.legacy.v1; v2 to v8 by this reader
 #                             (v4: the Lorenzo predictors' second stage, {"pq": 1, "w": [...]};
 #                             v5: interp's linear extrapolation at edges, {"edge": 1..3};
-#                             v6: the Lorenzo predictors' run coding, {"r": 1}; v7: interp's)
+#                             v6: the Lorenzo predictors' run coding, {"r": 1}; v7: interp's;
+#                             v8: the wavelet transform coder, predictor "wavelet")
 _PRE = struct.Struct("<8sHI")
 _CRC = struct.Struct("<I")
 _ENTRY = struct.Struct("<QQIII")
