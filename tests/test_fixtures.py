@@ -84,3 +84,10 @@ def test_the_v7_fixtures_hold_interp_run_coding():
     seen = {kind for meta, kind in _windows("v7")
             if meta["p"] == "interp" and meta["cfg"].get("r") == 1}
     assert {"float", "int"} <= seen
+
+
+def test_the_v8_fixtures_hold_wavelet_windows():
+    """v8 added the wavelet transform coder: its fixtures hold wavelet windows, float and
+    integer, one of several channels."""
+    seen = {kind for meta, kind in _windows("v8") if meta["p"] == "wavelet"}
+    assert {"float", "int"} <= seen

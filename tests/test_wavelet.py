@@ -1,0 +1,222 @@
+"""The wavelet transform coder (``predictors.transform``, ``kernels.wavelet``, format v8):
+the transform inverts itself, every value keeps its bound (non-finite ones exact), the
+decoder refuses damage, ``auto`` takes it where it codes smaller and only there, and the
+bytes do not depend on the thread count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from exact import check_bound
+from fuzz_target import check, damage_window
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tezip
+from tezip import codec, payload, predictors
+from tezip.errors import CorruptFileError, OptionError
+from tezip.kernels import wavelet as KW
+from tezip.quantize import ErrorBound, resolve
+
+
+def blobs(t: int = 40, n: int = 64, seed: int = 0, dtype: str = "float32") -> np.ndarray:
+    """Gaussian blobs drifting slowly: smooth at every scale, where the transform wins."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:n, 0:n].astype(np.float64)
+    cy, cx = rng.uniform(0, n, 12), rng.uniform(0, n, 12)
+    s, v = rng.uniform(3, 8, 12), rng.normal(0, 0.3, (12, 2))
+    out = np.empty((t, n, n))
+    for i in range(t):
+        out[i] = sum(np.exp(-((yy - cy[k] - v[k, 0] * i) ** 2 + (xx - cx[k] - v[k, 1] * i) ** 2)
+                            / (2 * s[k] ** 2)) for k in range(12))
+    return out.astype(dtype)
+
+
+def predictors_of(blob: bytes) -> list[str]:
+    f = tezip.TezFile(blob)
+    return [payload._meta(f._payload(i))[0]["p"] for i in range(f.n_windows)]
+
+
+# --- the transform ---------------------------------------------------------------------------
+
+def test_levels_and_bands():
+    assert [KW.levels(n) for n in (1, 8, 9, 16, 17, 33, 64, 128, 10**6)] == [0, 0, 1, 1, 2, 3,
+                                                                               3, 4, 6]
+    b = KW.bands(33)                    # 33 -> 17 -> 9 -> 5: details 16, 8, 4; approx 5
+    assert b.tolist() == [0] * 5 + [1] * 4 + [2] * 8 + [3] * 16
+    assert KW.bands(8).tolist() == [0] * 8
+
+
+@pytest.mark.parametrize("shape", [(33, 40, 50), (9, 9, 9), (10, 9, 17), (1, 5, 3),
+                                   (2, 1, 70), (64, 37, 1)])
+def test_the_inverse_transform_undoes_the_forward_one(shape):
+    a = np.random.default_rng(1).standard_normal(shape) * 1e3
+    c = a.copy()
+    KW.forward(c)
+    if max(KW.levels(n) for n in shape):
+        assert not np.allclose(c, a)
+    KW.inverse(c)
+    assert np.abs(c - a).max() < 1e-9
+
+
+def test_every_band_has_near_unit_gain():
+    """One coefficient step suits every band: each synthesis function away from the ends
+    has a norm near 1 (the mirrored ends, up to 1.3)."""
+    bands = KW.bands(64)
+    for i in range(64):
+        c = np.zeros((64, 1, 1))
+        c[i] = 1.0
+        KW.inverse(c)
+        norm = np.sqrt((c ** 2).sum())
+        near = bands[max(0, i - 2):i + 3]
+        edge = i < 2 or i > 61 or (near != bands[i]).any()
+        assert (0.75 < norm < 1.35) if edge else (0.95 < norm < 1.05), (i, norm)
+
+
+# --- round trips and the bound -----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "uint8", "uint16", "int16", "int32"])
+@pytest.mark.parametrize("mode,bound", [("abs", None), ("rel", 1e-3), ("rel", 1e-2)])
+def test_round_trip_keeps_the_bound(dtype, mode, bound):
+    a = blobs(t=20, n=24)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        a = np.clip(a * min(info.max, 30000) / a.max() + max(info.min, -5), info.min,
+                    info.max).astype(dtype)
+    else:
+        a = (a * 100).astype(dtype)
+    if bound is None:
+        bound = 3.0 if np.dtype(dtype).kind in "iu" else 0.05
+    blob = tezip.compress(a, mode=mode, bound=bound, predictor="wavelet")
+    e = bound if mode == "abs" else bound * (float(a.max()) - float(a.min()))
+    lossless = np.dtype(dtype).kind in "iu" and e < 1      # (coded by the classical ones)
+    assert set(predictors_of(blob)) == ({"interp", "lorenzo", "spatial"} & set(
+        predictors_of(blob)) if lossless else {"wavelet"})
+    check_bound(a, tezip.decompress(blob), mode, bound)
+
+
+def test_channels_non_finite_values_and_odd_shapes():
+    a = (blobs(t=11, n=19) * 50).astype(np.float64)
+    a = np.stack([a, -a, a * 3 + 1], axis=-1)
+    a[2, 3, 4, 0], a[5, 0, 0, 1], a[10, 18, 18, 2] = np.nan, np.inf, -np.inf
+    blob = tezip.compress(a, mode="abs", bound=0.01, predictor="wavelet")
+    b = tezip.decompress(blob)
+    check_bound(a, b, "abs", 0.01)
+    for shape in [(2, 1, 1), (2, 5, 3), (3, 1, 40), (12, 2, 2)]:
+        x = np.random.default_rng(2).normal(size=shape).astype(np.float32)
+        check_bound(x, tezip.decompress(tezip.compress(x, mode="abs", bound=0.1,
+                                                       predictor="wavelet")), "abs", 0.1)
+
+
+def test_extremes_become_exact_values():
+    """Values near the float64 limit overflow the transform: they are stored exactly."""
+    a = np.full((10, 12, 12), 1.0)
+    a[3, 4, 5], a[7, 1, 1] = 1.7e308, -1.7e308
+    check_bound(a, tezip.decompress(tezip.compress(a, mode="abs", bound=1e-3,
+                                                   predictor="wavelet")), "abs", 1e-3)
+    tiny = np.random.default_rng(0).normal(size=(9, 10, 10)) * 1e-300
+    check_bound(tiny, tezip.decompress(tezip.compress(tiny, mode="abs", bound=5e-324,
+                                                      predictor="wavelet")), "abs", 5e-324)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from(["float32", "float64", "uint16", "int16"]), st.integers(0, 2**31),
+       st.sampled_from([1e-4, 1e-2, 0.3]), st.sampled_from(["abs", "rel"]),
+       st.tuples(st.integers(2, 20), st.integers(1, 20), st.integers(1, 20)))
+def test_bound_holds_on_random_smooth_and_rough_data(dtype, seed, bound, mode, shape):
+    rng = np.random.default_rng(seed)
+    a = np.cumsum(rng.normal(size=shape), axis=0) + rng.normal(size=shape) * rng.uniform(0, 2)
+    if np.dtype(dtype).kind in "iu":
+        a = np.clip(a * 300, -30000, 30000) + (30000 if dtype == "uint16" else 0)
+        bound = bound * 1e4 if mode == "abs" else bound
+    a = a.astype(dtype)
+    b = tezip.decompress(tezip.compress(a, mode=mode, bound=bound, predictor="wavelet"))
+    check_bound(a, b, mode, bound)
+
+
+def test_modes_it_does_not_code_are_refused_before_any_work():
+    a = blobs(t=10, n=12)
+    for mode, bound in (("pwrel", 1e-2), ("lossless", None)):
+        with pytest.raises(OptionError, match="wavelet codes absolute and relative"):
+            tezip.compress(a, mode=mode, bound=bound, predictor="wavelet")
+
+
+def test_integers_under_a_bound_below_one_are_coded_losslessly_by_the_classical_ones():
+    a = (blobs(t=10, n=12) * 1000).astype(np.uint16)
+    blob = tezip.compress(a, mode="abs", bound=0.5, predictor="wavelet")
+    assert "wavelet" not in predictors_of(blob)
+    assert np.array_equal(tezip.decompress(blob), a)
+
+
+# --- choice by size ----------------------------------------------------------------------------
+
+def test_auto_takes_the_wavelet_on_smooth_fields_and_codes_them_smaller():
+    a = blobs()
+    auto = tezip.compress(a, mode="rel", bound=1e-3, threads=1)
+    classical = tezip.compress(a, mode="rel", bound=1e-3, predictor="classical", threads=1)
+    assert set(predictors_of(auto)) == {"wavelet"}
+    assert len(auto) < 0.8 * len(classical)
+    check_bound(a, tezip.decompress(auto), "rel", 1e-3)
+
+
+def test_auto_keeps_the_classical_choice_on_noise():
+    a = np.random.default_rng(3).normal(size=(40, 48, 48)).astype(np.float32)
+    a = np.cumsum(a, axis=0)
+    blob = tezip.compress(a, mode="rel", bound=1e-3, threads=1)
+    assert "wavelet" not in predictors_of(blob)
+
+
+def test_classical_never_tries_the_wavelet():
+    blob = tezip.compress(blobs(), mode="rel", bound=1e-3, predictor="classical")
+    assert "wavelet" not in predictors_of(blob)
+
+
+def test_the_same_bytes_at_any_thread_count():
+    a = np.concatenate([blobs(t=40, n=48), blobs(t=40, n=48, seed=1)])
+    for p in ("auto", "wavelet"):
+        one = tezip.compress(a, mode="rel", bound=1e-3, predictor=p, threads=1, window=20)
+        two = tezip.compress(a, mode="rel", bound=1e-3, predictor=p, threads=2, window=20)
+        assert one == two
+        assert "wavelet" in predictors_of(one)
+
+
+def test_the_step_search_keeps_the_smallest_estimate():
+    a = blobs(t=20, n=32)
+    quant = codec.quantizer(resolve(ErrorBound("rel", rel=1e-2), a.dtype,
+                                    (float(a.min()), float(a.max()))))
+    bits, cfg, _ = codec._best_transform(a, quant)
+    every = {d: codec._transform_coded(a, quant, {"d": d})[0]
+             for d in predictors.get("wavelet").configs(a, quant) and
+             [c["d"] for c in predictors.get("wavelet").configs(a, quant)]}
+    assert bits == every[cfg["d"]]
+    # a local search: no neighbour of the step found codes smaller
+    order = sorted(every)
+    i = order.index(cfg["d"])
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(order):
+            assert every[order[j]] >= bits
+
+
+# --- damage --------------------------------------------------------------------------------
+
+def test_a_bad_configuration_is_refused():
+    pred = predictors.get("wavelet")
+    for bad in ({}, {"d": 17}, {"d": 20.0}, {"d": True}, {"d": 20, "x": 1}, [20]):
+        with pytest.raises(CorruptFileError):
+            pred.validate(bad, (4, 4, 4))
+    assert pred.validate({"d": 25}, (4, 4, 4)) == {"d": 25}
+
+
+def test_damaged_wavelet_windows_fail_cleanly():
+    """A wavelet window damaged past the container's checks (resealed): an error or
+    exactly the original, never other data."""
+    a = blobs(t=12, n=20)
+    a[3, 4, 5] = np.nan
+    blob = tezip.compress(a, mode="abs", bound=1e-3, predictor="wavelet")
+    ref = tezip.decompress(blob)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(150):
+        seen.add(check(damage_window(blob, rng), ref))
+    assert seen <= {"error", "ok"} and "error" in seen
