@@ -334,7 +334,7 @@ def _decode_mbps(name: str, model: Any, f: Any) -> float:
         channels = f.shape[3] if len(f.shape) == 4 else 1
         return learned_decode_mbps(float(model.get("macs_per_pixel") or 0), channels,
                                    f.dtype.itemsize, math.prod(f.shape[1:]))
-    return classical_decode_mbps(f.dtype.itemsize)
+    return classical_decode_mbps(f.dtype.itemsize, name)
 
 
 _HDF5_SUFFIXES = (".h5", ".hdf5", ".nxs", ".hdf")

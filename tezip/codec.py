@@ -60,6 +60,9 @@ CLASSICAL_NS_PER_VALUE = 9.0      # decoding cost of the classical predictors pe
 #                                   one core: 7.8-12.6 ns in the README's bench run at
 #                                   efef281 (the shared stacks at 1e-3 and 1e-4); it was
 #                                   15, an estimate older than the compiled decoders
+TRANSFORM_NS_PER_VALUE = 21.0     # ... of the wavelet (format v8): 20-22 ns on Gray-Scott
+#                                   128 x 128 and iris at 1e-2..1e-4 (its inverse transform
+#                                   and two passes of entropy decoding)
 NN_MACS_PER_S = 12e9              # float32 multiply-adds per second of one core (estimate)
 LEARNED_FRAME_S = 40e-6           # the learned decoder's cost per frame besides its values'
 #                                   (the forecaster's steps are Python calls a frame: the
@@ -173,8 +176,11 @@ def learned_decode_mbps(macs_per_pixel: float, channels: int, itemsize: int,
     return itemsize / seconds_per_value / 1e6
 
 
-def classical_decode_mbps(itemsize: int) -> float:
-    return itemsize / (CLASSICAL_NS_PER_VALUE * 1e-9) / 1e6
+def classical_decode_mbps(itemsize: int, name: str | None = None) -> float:
+    """Expected decoding speed (MB/s, one core) of a classical window (``name``: its
+    predictor; the wavelet's is slower)."""
+    ns = TRANSFORM_NS_PER_VALUE if name == predictors.TRANSFORM else CLASSICAL_NS_PER_VALUE
+    return itemsize / (ns * 1e-9) / 1e6
 
 
 # ---------------------------------------------------------------------------------------
@@ -441,16 +447,15 @@ def _or_transform(x: np.ndarray, quant: Quantizer, tuned: Tuning) -> Tuning:
         return tuned
     name, cfg = tuned.finalists[0]
     crop = _transform_crop(x)
-    theirs = _estimate(predictors.get(name).encode(crop, quant, cfg, sign_map(crop, quant),
-                                                   sample=True), x.itemsize)
+    on_crop = _estimate(predictors.get(name).encode(crop, quant, cfg, sign_map(crop, quant),
+                                                    sample=True), x.itemsize)
     codes, ctx = pred.coefficients(crop, quant, cfgs[0])
     if not entropy.estimate_bits(codes, ctx, pred.n_ctx, pred.groups, 8.0 * x.itemsize,
-                                 False) < TRANSFORM_SCREEN * theirs:
+                                 False) < TRANSFORM_SCREEN * on_crop:
         return tuned
     coded = _code_with(x, quant, name, cfg, tuned.head)
-    mine = _estimate(coded, x.itemsize)
     first = _transform_coded(x, quant, cfgs[0])
-    if not first[0] < TRANSFORM_GAIN * mine:
+    if not first[0] < TRANSFORM_GAIN * _estimate(coded, x.itemsize):
         return Tuning(tuned.finalists, {config_key(name, cfg): coded}, tuned.bits)
     return _transform_tuning(_best_transform(x, quant, first))
 

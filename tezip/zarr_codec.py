@@ -84,9 +84,11 @@ class Tezip(Codec):
         The relative part of ``absrel``.
     predictor : str
         ``"classical"`` (default): the classical predictors only. ``"auto"`` adds the
-        learned predictor with the shipped default model where it codes a window smaller
-        (readers need a tezip that ships the same model; no torch is needed to read or
-        write); ``"learned"`` forces it; a classical predictor name forces that one.
+        wavelet transform coder where it codes a chunk's first window under 0.9x their
+        size (format v8: readers need tezip 0.8 or later), and the learned predictor with
+        the shipped default model where it codes a window smaller (readers need a tezip
+        that ships the same model; no torch is needed to read or write); ``"learned"`` or
+        ``"wavelet"`` forces that one; a classical predictor name forces that one.
     window : int, optional
         Frames per window inside a chunk (default: automatic, ``windows.window_length``:
         33, more for frames of fewer than 7,944 values); a chunk shorter than that is one
