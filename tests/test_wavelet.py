@@ -167,6 +167,29 @@ def test_auto_keeps_the_classical_choice_on_noise():
     assert "wavelet" not in predictors_of(blob)
 
 
+def test_later_windows_unlike_the_first_fall_back_to_the_classical_choice():
+    """The transform is chosen on the first window; a later window it codes in more bits
+    per value than there is also coded with the classical choice, the smaller kept: a
+    smooth start followed by noise is never coded larger than ``classical`` codes it
+    (helper-47's cases were 1.05-1.14x)."""
+    rng = np.random.default_rng(5)
+    smooth = blobs(t=33, n=64)
+    for walk in (False, True):
+        noisy = rng.normal(size=(66, 64, 64))
+        noisy = (np.cumsum(noisy, axis=0) if walk else noisy).astype(np.float32)
+        noisy = noisy / np.ptp(noisy) * np.ptp(smooth) + smooth.min()
+        a = np.concatenate([smooth, noisy])
+        auto = tezip.compress(a, mode="rel", bound=1e-3, threads=1, window=33)
+        classical = tezip.compress(a, mode="rel", bound=1e-3, predictor="classical",
+                                   threads=1, window=33)
+        used = predictors_of(auto)
+        assert used[0] == "wavelet"
+        if not walk:        # (white noise: the wavelet codes it 1.03x the classical size)
+            assert "wavelet" not in used[1:]
+        assert len(auto) < len(classical) + 1024
+        check_bound(a, tezip.decompress(auto), "rel", 1e-3)
+
+
 def test_classical_never_tries_the_wavelet():
     blob = tezip.compress(blobs(), mode="rel", bound=1e-3, predictor="classical")
     assert "wavelet" not in predictors_of(blob)

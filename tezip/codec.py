@@ -60,8 +60,9 @@ CLASSICAL_NS_PER_VALUE = 9.0      # decoding cost of the classical predictors pe
 #                                   one core: 7.8-12.6 ns in the README's bench run at
 #                                   efef281 (the shared stacks at 1e-3 and 1e-4); it was
 #                                   15, an estimate older than the compiled decoders
-TRANSFORM_NS_PER_VALUE = 21.0     # ... of the wavelet (format v8): 20-22 ns on Gray-Scott
-#                                   128 x 128 and iris at 1e-2..1e-4 (its inverse transform
+TRANSFORM_NS_PER_VALUE = 26.0     # ... of the wavelet (format v8): 20-22 ns on Gray-Scott
+#                                   128 x 128 and iris at 1e-2..1e-4, 33 ns on frames of
+#                                   1024 x 1024 (its inverse transform, memory-bound there,
 #                                   and two passes of entropy decoding)
 NN_MACS_PER_S = 12e9              # float32 multiply-adds per second of one core (estimate)
 LEARNED_FRAME_S = 40e-6           # the learned decoder's cost per frame besides its values'
@@ -328,6 +329,9 @@ TRANSFORM_SCREEN = 0.85   # coefficients alone under this times the classical ch
 #                           in 21 of 21 cells (the shared stacks and edges.py's smooth
 #                           fields at 1e-2..1e-4), and a full trial that failed after it
 #                           cost `auto` half its speed (ks_pypde and speckle at 1e-2)
+TRANSFORM_RECHECK = 1.1   # ... a later window that the transform codes in more than this
+#                           times its bits per value on the first is coded with the
+#                           classical choice too (``_rechecked``)
 TRANSFORM_MIN_FRAMES = 9  # ... in windows of at least this many frames (fewer take no
 #                           level along time)
 
@@ -389,29 +393,54 @@ def _transform_coded(x: np.ndarray, quant: Quantizer, cfg: dict
 def _best_transform(x: np.ndarray, quant: Quantizer,
                     first: tuple[float, dict, predictors.Coded] | None = None
                     ) -> tuple[float, dict, predictors.Coded]:
-    """``_transform_coded`` of the transform's best step on window ``x``: its first
-    choice (``first``, where already coded), then each neighbouring step while it codes
-    smaller, downwards, else upwards."""
-    cfgs = predictors.get(TRANSFORM).configs(x, quant)
+    """``_transform_coded`` of window ``x`` with the transform's best step on its
+    ``_transform_crop`` (transformed once): the first choice, then each neighbouring
+    step while it codes the crop smaller, downwards, else upwards. ``first``: the first
+    choice's coding of ``x``, where already made. (On the whole window, each step a full
+    coding: 9 of them on a 33 x 1024 x 1024 window that went up to the largest step,
+    which encoded at 8 MB/s; helper-47. The crop's choice cost the window up to 0.9% where
+    the transform is taken on edges.py's fields and iris.)"""
+    pred = predictors.get(TRANSFORM)
+    cfgs = pred.configs(x, quant)
     order = sorted(c["d"] for c in cfgs)
+    crop = _transform_crop(x)
+    fwd = pred.forward(crop)
+    sgn = sign_map(crop, quant)
+
+    def bits(d: int) -> float:
+        return _estimate(pred.encode(crop, quant, {"d": d}, sgn, sample=True, forward=fwd),
+                         x.itemsize)
+
     i = order.index(cfgs[0]["d"])
-    best = first or _transform_coded(x, quant, cfgs[0])
+    best = (bits(order[i]), i)
     for di in (-1, 1):
         j = i + di
         while 0 <= j < len(order):
-            alt = _transform_coded(x, quant, {"d": order[j]})
+            alt = (bits(order[j]), j)
             if not alt[0] < best[0]:
                 break
             best = alt
             j += di
-        if best[1] != cfgs[0]:
+        if best[1] != i:
             break
-    return best
+    cfg = {"d": order[best[1]]}
+    if first is not None and first[1] == cfg:
+        return first
+    return _transform_coded(x, quant, cfg)
 
 
-def _transform_tuning(best: tuple[float, dict, predictors.Coded]) -> Tuning:
+def _transform_tuning(best: tuple[float, dict, predictors.Coded],
+                      classical: Tuning | None = None) -> Tuning:
+    """The transform's tuning: its configuration, its coding of the first window, and
+    (``classical``: where ``auto`` chose it over the classical choice) that choice
+    after it, the later windows' alternative (``_rechecked``), with the transform's bits
+    per value on the first window."""
     cfg = best[1]
-    return Tuning([(TRANSFORM, cfg)], {config_key(TRANSFORM, cfg): best[2]})
+    finalists = [(TRANSFORM, cfg)]
+    if classical is not None and classical.finalists:
+        finalists.append(classical.finalists[0])
+    return Tuning(finalists, {config_key(TRANSFORM, cfg): best[2]},
+                  best[0] / best[2].codes.size * 2 if classical is not None else None)
 
 
 def _transform_only(x: np.ndarray, quant: Quantizer, threads: int = 1) -> Tuning:
@@ -457,7 +486,8 @@ def _or_transform(x: np.ndarray, quant: Quantizer, tuned: Tuning) -> Tuning:
     first = _transform_coded(x, quant, cfgs[0])
     if not first[0] < TRANSFORM_GAIN * _estimate(coded, x.itemsize):
         return Tuning(tuned.finalists, {config_key(name, cfg): coded}, tuned.bits)
-    return _transform_tuning(_best_transform(x, quant, first))
+    del coded
+    return _transform_tuning(_best_transform(x, quant, first), tuned)
 
 
 def _tune_classical(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
@@ -723,14 +753,46 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         ldata = _pack(x, quant, lcoded, "learned", lcoded.out)
         if coded is None:
             return Encoded(ldata, "learned")
-        cdata, name = _drifted(x, quant, classical, name, cfg,
-                               _pack(x, quant, coded, name, coded.out), drift_ref)
+        cdata, name = _settled(x, quant, classical, finalists, coded, drift_ref)
         if len(ldata) < len(cdata):
             return Encoded(ldata, "learned", (cdata, name))
         return Encoded(cdata, name)
     assert coded is not None
-    return Encoded(*_drifted(x, quant, classical, name, cfg,
-                             _pack(x, quant, coded, name, coded.out), drift_ref))
+    return Encoded(*_settled(x, quant, classical, finalists, coded, drift_ref))
+
+
+def _settled(x: np.ndarray, quant: Quantizer, classical: tuple[str, ...],
+             finalists: list[tuple[str, dict]], coded: predictors.Coded,
+             ref: float | None) -> tuple[bytes, str]:
+    """(payload, predictor) of window ``x``, ``coded`` with the stack's choice
+    (``finalists[0]``): ``_drifted`` for a classical choice; for the transform chosen by
+    ``auto`` (the classical choice after it, ``ref`` its bits per value on the first
+    window), ``_rechecked``."""
+    name, cfg = finalists[0]
+    data = _pack(x, quant, coded, name, coded.out)
+    if name != TRANSFORM:
+        return _drifted(x, quant, classical, name, cfg, data, ref)
+    if len(finalists) < 2 or ref is None:
+        return data, name
+    return _rechecked(x, quant, finalists[1], data, ref)
+
+
+def _rechecked(x: np.ndarray, quant: Quantizer, alt: tuple[str, dict], data: bytes,
+               ref: float) -> tuple[bytes, str]:
+    """A window of a stack ``auto`` codes with the transform (``data``): where that takes
+    more than TRANSFORM_RECHECK times the bits per value it took on the first window
+    (``ref``), also coded with the classical choice ``alt``, the smaller kept. The
+    transform was chosen on the first window; a later one unlike it (a smooth field
+    followed by smoke: files 1.14x as large as ``classical``'s), or a short last one
+    that takes fewer levels along time (12 frames after windows of 23: 1.35x the
+    classical coding's size) was coded larger than the classical choice would
+    (helper-47). Depends on the window and the stack's tuning only."""
+    if not 8.0 * len(data) > TRANSFORM_RECHECK * ref * x.size:
+        return data, TRANSFORM
+    name, cfg = alt
+    coded = _code_with(x, quant, name, cfg, None)
+    other = _pack(x, quant, coded, name, coded.out)
+    return (other, name) if len(other) < len(data) else (data, TRANSFORM)
 
 
 def _code_with(x: np.ndarray, quant: Quantizer, name: str, cfg: dict,

@@ -28,9 +28,10 @@ from ..quantize import Quantizer
 from . import Coded
 from .classical import _assemble, _flat_positions, _Kernel, channels
 
-D_CHOICES = (10, 15, 20, 25, 30, 35, 40, 50, 60, 80)  # the coefficient step in tenths of
-#                                                        the bound (the tuning tries 20
-#                                                        first, then its neighbours)
+D_CHOICES = (10, 15, 20, 25, 30, 35, 40, 50, 60, 80, 120, 160)  # the coefficient step in
+#                                  tenths of the bound (the tuning tries 20 first, then its
+#                                  neighbours while they code smaller; a smooth sine at 1e-2
+#                                  still shrank at 8: helper-47)
 D_FIRST = 20
 
 
@@ -59,8 +60,22 @@ class Wavelet(_Kernel):
             raise CorruptFileError("bad predictor configuration")
         return {"d": config["d"]}
 
+    def forward(self, x: np.ndarray) -> list[np.ndarray]:
+        """The forward transform of each channel of ``x`` (float64; non-finite values as
+        0), which ``encode`` and ``coefficients`` may be given so that trials of several
+        steps on one window transform it once."""
+        out = []
+        for xc in channels(x):
+            c = xc.astype(np.float64)
+            bad = ~np.isfinite(c)
+            if bad.any():
+                c[bad] = 0.0
+            KW.forward(c)
+            out.append(c)
+        return out
+
     def encode(self, x: np.ndarray, quant: Quantizer, config: dict, sgn: np.ndarray,
-               sample: bool = False) -> Coded:
+               sample: bool = False, forward: list[np.ndarray] | None = None) -> Coded:
         if quant.mode not in (MODE_FLOAT, MODE_INT) or not quant.eb > 0:
             raise ValueError("the wavelet codes lossy absolute bounds only")
         vols = channels(x)
@@ -74,18 +89,15 @@ class Wavelet(_Kernel):
         d = step_of(quant, config)
         outs, pos = [], []
         nn = 0
-        for xc in vols:
-            c = xc.astype(np.float64)
-            bad = ~np.isfinite(c)
-            if bad.any():
-                c[bad] = 0.0
-            KW.forward(c)
+        for i, xc in enumerate(vols):
+            c = self.forward(xc)[0] if forward is None else forward[i].copy()
             nn = KW.code_coefficients(c, d, *_bands(xc.shape), codes, ctx, nn)
             KW.inverse(c)
             out = np.empty_like(xc)
             nn, no = call(KW.code_corrections, (3, 4), xc, c, out, quant.mode, quant.otype,
                           step, 1.0 / step, float(eints[1]), quant.eb, lo, hi, codes, ctx,
                           outp, nn, 0)
+            del c
             if not sample:
                 p = outp[:no].astype(np.int64)
                 out.reshape(-1)[p] = xc.reshape(-1)[p]      # exact, bit for bit
@@ -100,18 +112,12 @@ class Wavelet(_Kernel):
         """(codes, contexts) of the coefficients alone of ``x`` under ``config``: what
         most of its coding costs, at a third of the work (``codec._or_transform``'s
         screen)."""
-        vols = channels(x)
         codes = np.empty(x.size, np.int32)
         ctx = np.empty(x.size, np.uint8)
         d = step_of(quant, config)
         nn = 0
-        for xc in vols:
-            c = xc.astype(np.float64)
-            bad = ~np.isfinite(c)
-            if bad.any():
-                c[bad] = 0.0
-            KW.forward(c)
-            nn = KW.code_coefficients(c, d, *_bands(xc.shape), codes, ctx, nn)
+        for c in self.forward(x):
+            nn = KW.code_coefficients(c, d, *_bands(c.shape), codes, ctx, nn)
         return codes, ctx
 
     def _dec(self, out, rec, sg, quant, config, t, outv, outp, st):
