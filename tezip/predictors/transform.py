@@ -6,8 +6,9 @@ so that the bound holds exactly (values that cannot meet it are stored exactly).
 It wins where a field is smooth at every scale (a reaction-diffusion run: prediction
 residuals there are mostly the quantization noise of the neighbours they are predicted
 from, while most wavelet coefficients quantize to zero); it loses on noise and sharp
-detail. ``codec.tune`` tries it beside the classical predictors where the options allow
-it (``auto``, or ``--predictor wavelet``), on a crop of the stack's first window.
+detail. ``codec.tune`` tries it beside the classical predictors on the stack's first
+window where the options allow it (``auto``: ``codec._or_transform``), or takes it
+(``--predictor wavelet``).
 
 Absolute and relative bounds on floats and integers (not point-wise relative bounds,
 not lossless data: ``configs`` offers nothing there). Non-finite values are stored
