@@ -329,9 +329,6 @@ TRANSFORM_SCREEN = 0.85   # coefficients alone under this times the classical ch
 #                           in 21 of 21 cells (the shared stacks and edges.py's smooth
 #                           fields at 1e-2..1e-4), and a full trial that failed after it
 #                           cost `auto` half its speed (ks_pypde and speckle at 1e-2)
-TRANSFORM_RECHECK = 1.1   # ... a later window that the transform codes in more than this
-#                           times its bits per value on the first is coded with the
-#                           classical choice too (``_rechecked``)
 TRANSFORM_MIN_FRAMES = 9  # ... in windows of at least this many frames (fewer take no
 #                           level along time)
 
@@ -430,17 +427,19 @@ def _best_transform(x: np.ndarray, quant: Quantizer,
 
 
 def _transform_tuning(best: tuple[float, dict, predictors.Coded],
-                      classical: Tuning | None = None) -> Tuning:
-    """The transform's tuning: its configuration, its coding of the first window, and
-    (``classical``: where ``auto`` chose it over the classical choice) that choice
-    after it, the later windows' alternative (``_rechecked``), with the transform's bits
-    per value on the first window."""
+                      classical: Tuning | None = None,
+                      coded: predictors.Coded | None = None) -> Tuning:
+    """The transform's tuning: its configuration and its coding of the first window;
+    where ``auto`` chose it over the classical choice (``classical``, whose coding of
+    the first window is ``coded``), that choice after it, every window's alternative
+    (``_settled``), with its coding of the first window and its bits per value there
+    (the drift check of the windows it codes smaller)."""
     cfg = best[1]
-    finalists = [(TRANSFORM, cfg)]
-    if classical is not None and classical.finalists:
-        finalists.append(classical.finalists[0])
-    return Tuning(finalists, {config_key(TRANSFORM, cfg): best[2]},
-                  best[0] / best[2].codes.size * 2 if classical is not None else None)
+    if classical is None or not classical.finalists or coded is None:
+        return Tuning([(TRANSFORM, cfg)], {config_key(TRANSFORM, cfg): best[2]})
+    alt = classical.finalists[0]
+    return Tuning([(TRANSFORM, cfg), alt], {config_key(TRANSFORM, cfg): best[2],
+                                             config_key(*alt): coded}, classical.bits)
 
 
 def _transform_only(x: np.ndarray, quant: Quantizer, threads: int = 1) -> Tuning:
@@ -483,11 +482,10 @@ def _or_transform(x: np.ndarray, quant: Quantizer, tuned: Tuning) -> Tuning:
                                  False) < TRANSFORM_SCREEN * on_crop:
         return tuned
     coded = _code_with(x, quant, name, cfg, tuned.head)
-    first = _transform_coded(x, quant, cfgs[0])
-    if not first[0] < TRANSFORM_GAIN * _estimate(coded, x.itemsize):
+    best = _best_transform(x, quant)
+    if not best[0] < TRANSFORM_GAIN * _estimate(coded, x.itemsize):
         return Tuning(tuned.finalists, {config_key(name, cfg): coded}, tuned.bits)
-    del coded
-    return _transform_tuning(_best_transform(x, quant, first), tuned)
+    return _transform_tuning(best, tuned, coded)
 
 
 def _tune_classical(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
@@ -753,46 +751,41 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         ldata = _pack(x, quant, lcoded, "learned", lcoded.out)
         if coded is None:
             return Encoded(ldata, "learned")
-        cdata, name = _settled(x, quant, classical, finalists, coded, drift_ref)
+        cdata, name = _settled(x, quant, classical, finalists, coded, drift_ref,
+                               coded_cache)
         if len(ldata) < len(cdata):
             return Encoded(ldata, "learned", (cdata, name))
         return Encoded(cdata, name)
     assert coded is not None
-    return Encoded(*_settled(x, quant, classical, finalists, coded, drift_ref))
+    return Encoded(*_settled(x, quant, classical, finalists, coded, drift_ref, coded_cache))
 
 
 def _settled(x: np.ndarray, quant: Quantizer, classical: tuple[str, ...],
              finalists: list[tuple[str, dict]], coded: predictors.Coded,
-             ref: float | None) -> tuple[bytes, str]:
+             ref: float | None, cache: dict[str, predictors.Coded] | None = None
+             ) -> tuple[bytes, str]:
     """(payload, predictor) of window ``x``, ``coded`` with the stack's choice
-    (``finalists[0]``): ``_drifted`` for a classical choice; for the transform chosen by
-    ``auto`` (the classical choice after it, ``ref`` its bits per value on the first
-    window), ``_rechecked``."""
+    (``finalists[0]``), checked for drift (``_drifted``; ``ref``: the classical choice's
+    bits per value on the first window). Where ``auto`` chose the transform, every window
+    is coded with the classical choice after it too (``cache``: the first window's
+    codings, from the tuning), and that coding, checked for drift, is kept where smaller:
+    the transform was chosen on the first window, and a later one unlike it was coded up
+    to 1.14x (a smooth field, then smoke; a short last window: helper-47) and 1.67x
+    (flat regions with sharp edges, where the transform's cost per value stayed as it was
+    on the first: helper-48) the size the classical choice gives. Depends on the window
+    and the stack's tuning only."""
     name, cfg = finalists[0]
     data = _pack(x, quant, coded, name, coded.out)
     if name != TRANSFORM:
         return _drifted(x, quant, classical, name, cfg, data, ref)
-    if len(finalists) < 2 or ref is None:
+    if len(finalists) < 2:
         return data, name
-    return _rechecked(x, quant, finalists[1], data, ref)
-
-
-def _rechecked(x: np.ndarray, quant: Quantizer, alt: tuple[str, dict], data: bytes,
-               ref: float) -> tuple[bytes, str]:
-    """A window of a stack ``auto`` codes with the transform (``data``): where that takes
-    more than TRANSFORM_RECHECK times the bits per value it took on the first window
-    (``ref``), also coded with the classical choice ``alt``, the smaller kept. The
-    transform was chosen on the first window; a later one unlike it (a smooth field
-    followed by smoke: files 1.14x as large as ``classical``'s), or a short last one
-    that takes fewer levels along time (12 frames after windows of 23: 1.35x the
-    classical coding's size) was coded larger than the classical choice would
-    (helper-47). Depends on the window and the stack's tuning only."""
-    if not 8.0 * len(data) > TRANSFORM_RECHECK * ref * x.size:
-        return data, TRANSFORM
-    name, cfg = alt
-    coded = _code_with(x, quant, name, cfg, None)
-    other = _pack(x, quant, coded, name, coded.out)
-    return (other, name) if len(other) < len(data) else (data, TRANSFORM)
+    aname, acfg = finalists[1]
+    alt = _code_with(x, quant, aname, acfg, cache)
+    other = _pack(x, quant, alt, aname, alt.out)
+    if not len(other) < len(data):
+        return data, name
+    return _drifted(x, quant, classical, aname, acfg, other, ref)
 
 
 def _code_with(x: np.ndarray, quant: Quantizer, name: str, cfg: dict,
