@@ -240,6 +240,20 @@ def levels_jit(n):
 
 
 # --- contexts ------------------------------------------------------------------------------
+# (scalar helpers, the encoder's and the decoder's alike: the loops load the values)
+
+@inline
+def _coef_ctx(bands, bk_s):
+    """A coefficient's context: its band class (``bands``: the sum of its three bands)
+    and ``bk_s``, the bucket of its same-band neighbours' magnitudes."""
+    return (bands if bands < N_CLS - 1 else N_CLS - 1) * NB + bk_s
+
+
+@inline
+def _corr_ctx(s):
+    """A correction's context from its left and upper neighbours' magnitudes ``s``."""
+    return N_COEF_CTX + (s if s < N_CORR - 1 else N_CORR - 1)
+
 
 @jit
 def context_tables(bt, by, bx):
@@ -290,14 +304,12 @@ def code_coefficients(c, d, bt, by, bx, codes, ctx, n0):
                     s += np.int64(aq[ui - np.uint64(W)])
                 if pt:
                     s += np.int64(aq[ui - np.uint64(HW)])
-                cl = syb + np.int64(bx[x])
-                cl = cl if cl < N_CLS - 1 else N_CLS - 1
                 k = np.floor(cf[ui] * inv + 0.5)
                 if not abs(k) <= CMAX:      # past the codes' range, or NaN (d tiny)
                     k = CMAX if k > 0.0 else (-CMAX if k < 0.0 else 0.0)
                 ki = np.int64(k)
                 codes[np.uint64(n)] = ki
-                ctx[np.uint64(n)] = cl * NB + bk[np.uint64(s)]
+                ctx[np.uint64(n)] = _coef_ctx(syb + np.int64(bx[x]), bk[np.uint64(s)])
                 a = abs(ki)
                 aq[ui] = a if a < 255 else 255
                 cf[ui] = k * d
@@ -331,7 +343,7 @@ def code_corrections(xv, r, out, mode, otype, step, inv, e_int, eb, lo, hi, code
                 s += np.int64(am[ui - np.uint64(1)])
             if up:
                 s += np.int64(am[ui - np.uint64(W)])
-            ctx[np.uint64(n)] = N_COEF_CTX + (s if s < N_CORR - 1 else N_CORR - 1)
+            ctx[np.uint64(n)] = _corr_ctx(s)
             xo = np.float64(xf[ui])
             k, o, _, ok = quantize(mode, otype, xo, rf[ui], step, inv, e_int, eb, lo, hi, 1.0)
             if ok:
@@ -390,9 +402,8 @@ def decode(out, d, bt, by, bx, mode, otype, step, lo, hi, cmap, kbs, lut, fc, wo
                     s += np.int64(aq[ui - np.uint64(W)])
                 if pt:
                     s += np.int64(aq[ui - np.uint64(HW)])
-                cl = syb + np.int64(bx[x])
-                cl = cl if cl < N_CLS - 1 else N_CLS - 1
-                cc = np.int64(cmap[np.uint64(cl * NB + bk[np.uint64(s)])])
+                cc = np.int64(cmap[np.uint64(_coef_ctx(syb + np.int64(bx[x]),
+                                                       bk[np.uint64(s)]))])
                 slot = x0 & (M - 1)
                 sym = np.int64(lut[np.uint64(cc * M + slot)])
                 x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cc * ALPHABET + sym)],
@@ -429,7 +440,7 @@ def decode(out, d, bt, by, bx, mode, otype, step, lo, hi, cmap, kbs, lut, fc, wo
                 s += np.int64(am[ui - np.uint64(1)])
             if up:
                 s += np.int64(am[ui - np.uint64(W)])
-            cc = np.int64(cmap[np.uint64(N_COEF_CTX + (s if s < N_CORR - 1 else N_CORR - 1))])
+            cc = np.int64(cmap[np.uint64(_corr_ctx(s))])
             slot = x0 & (M - 1)
             sym = np.int64(lut[np.uint64(cc * M + slot)])
             x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cc * ALPHABET + sym)],
