@@ -230,6 +230,41 @@ def test_model_files_round_trip_and_damage_is_refused(models):
         assert other.hash != m.hash          # a change of weights is a different model
 
 
+def test_the_trial_runs_the_network_once_for_every_configuration(monkeypatch):
+    """``Learned.trial``: the first coding is ``encode``'s; the others replay its
+    forecasts (a configuration replayed against its own forecasts codes what it coded),
+    and the network runs once, however many configurations are estimated."""
+    from tezip import quantize
+    from tezip.learned import registry
+    from tezip.predictors import learned as L
+
+    pred = L.for_model(registry.default())
+    x = smooth_stack((6, 24, 20))
+    quant = quantize.quantizer(quantize.resolve(quantize.ErrorBound("rel", rel=1e-3),
+                                                x.dtype, (float(x.min()), float(x.max()))))
+    c0, c1 = pred.configs(x, quant)
+    runs = []
+    real = L.Forecaster
+
+    class Counted(real):
+        def __init__(self, *a, **k):
+            runs.append(1)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(L, "Forecaster", Counted)
+    first, again, other = list(pred.trial(x, quant, [c0, c0, c1]))
+    assert len(runs) == 1
+    enc = pred.encode(x, quant, c0, np.zeros(0, np.int8))
+    for got in (first, again):
+        assert np.array_equal(got.codes, enc.codes) and np.array_equal(got.ctx, enc.ctx)
+        assert np.array_equal(got.outliers, enc.outliers)
+    assert other.config == c1 and not np.array_equal(other.codes, enc.codes)
+    assert len(runs) == 2
+    trial = pred.trial(x, quant, [c0, c1])
+    next(trial)                 # a caller that stops after the first pays no replay
+    assert len(runs) == 3
+
+
 torch = pytest.importorskip("torch")
 
 
@@ -354,3 +389,4 @@ def test_the_learned_trial_runs_on_the_first_frames_of_a_long_window():
     assert seen == [(codec._TRIAL_FRAMES, 16, 16)] and codec._TRIAL_FRAMES == 65
     codec._learned_trial(x[:40], quant, Spy(), None, None)
     assert seen[-1] == (40, 16, 16)
+

@@ -632,30 +632,29 @@ _TRIAL_FRAMES = 2 * DEFAULT_WINDOW - 1  # ... of its first frames, at most this 
 #                             encoded 200,000 of them in 10.6 s where ``classical`` took
 #                             0.1 s, for the same file)
 _TRIAL_MARGIN = 0.97        # ... where it must code at most this fraction of the classical
-_HOPELESS = 1.10            # a first stage this much above the classical: no other tried
+_HOPELESS = 1.10            # a first configuration this much above the classical: no other
 
 
 def _learned_trial(x: np.ndarray, quant: Quantizer, learned: Any, name: str | None,
                    cfg: dict | None, thorough: bool = False) -> tuple[dict, bool]:
     """On a central crop of the window (of its first ``_TRIAL_FRAMES`` frames): the
     learned configuration that codes it smallest, and whether it codes it smaller than
-    the classical choice (``name``, ``cfg``; None: no classical alternative). Unless
-    ``thorough``, a first configuration that codes the crop ``_HOPELESS`` times the
-    classical size ends the trial: the others change only the spatial stage (a few %),
-    and every one runs the network over the crop,
-    which cost more than coding the whole window classically where the forecaster loses."""
+    the classical choice (``name``, ``cfg``; None: no classical alternative). The
+    configurations differ only in the spatial stage (a few %) and are estimated from one
+    run of the network over the crop (``Learned.trial``: the network is the trial's
+    whole cost); unless ``thorough``, a first one that codes the crop ``_HOPELESS``
+    times the classical size ends the trial."""
     h, w = x.shape[1:3]
     y0, x0 = max(0, (h - _CROP) // 2), max(0, (w - _CROP) // 2)
     crop = np.ascontiguousarray(x[:_TRIAL_FRAMES, y0:y0 + _CROP, x0:x0 + _CROP])
-    sgn = sign_map(crop, quant)
     classical = None
     if name is not None:
-        cc = predictors.get(name).encode(crop, quant, cfg, sgn, sample=True)
+        cc = predictors.get(name).encode(crop, quant, cfg, sign_map(crop, quant), sample=True)
         classical = _estimate(cc, x.itemsize)
     configs = learned.configs(crop, quant)
     costs: list[float] = []
-    for c in configs:
-        costs.append(_estimate(learned.encode(crop, quant, c, sgn), x.itemsize))
+    for coded in learned.trial(crop, quant, configs):
+        costs.append(_estimate(coded, x.itemsize))
         if not thorough and classical is not None and costs[0] > _HOPELESS * classical:
             break
     best = int(np.argmin(costs))

@@ -14,6 +14,7 @@ One instance per model (registered by hash), no per-call state: thread-safe.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -84,6 +85,24 @@ class Learned(ValuePredictor):
 
     def encode(self, x: np.ndarray, quant: Quantizer, config: dict, sgn: np.ndarray,
                sample: bool = False) -> Coded:
+        return self._code(x, quant, config)
+
+    def trial(self, x: np.ndarray, quant: Quantizer, configs: list[dict]) -> Iterator[Coded]:
+        """Codings of ``x`` under each of ``configs`` in turn, for their estimates, from
+        one run of the forecaster: the first is the first configuration's ``encode``; the
+        others code the forecasts made from its reconstruction (theirs differ only where
+        their own reconstructions would have steered the forecast apart). The network is
+        a trial's whole cost; a caller that stops after the first pays nothing more."""
+        bases: list[np.ndarray | None] = []
+        yield self._code(x, quant, configs[0], bases)
+        for config in configs[1:]:
+            yield self._code(x, quant, config, bases, replay=True)
+
+    def _code(self, x: np.ndarray, quant: Quantizer, config: dict,
+              bases: list[np.ndarray | None] | None = None, replay: bool = False) -> Coded:
+        """``x`` coded under ``config``, each frame after the keyframe against the
+        forecast from the frames before it (appended to ``bases`` where given); with
+        ``replay``, against the forecasts in ``bases`` instead, without the network."""
         T = x.shape[0]
         frame_shape = x.shape[1:]
         nch = frame_shape[2] if len(frame_shape) == 3 else 1
@@ -98,12 +117,18 @@ class Learned(ValuePredictor):
         lo, hi = quant.range
         steps, eints = quant.levels()
         unit = float(steps[1]) / SNAP
-        fc = Forecaster(self.model, frame_shape)
+        fc = None if replay else Forecaster(self.model, frame_shape)
         crc = 0
         for t in range(T):
             base = None
-            if t:
+            if replay:
+                assert bases is not None
+                base = bases[t]
+            elif t:
+                assert fc is not None
                 base, crc = self._snap(fc.forecast(), unit, crc)
+            if bases is not None and not replay:
+                bases.append(base)
             cfg = config["key"] if t == 0 else config["res"]
             for c, xc in enumerate(self._frames(x, t)):
                 o = np.empty_like(xc)
@@ -124,7 +149,8 @@ class Learned(ValuePredictor):
                     out[t] = o[0]
                 else:
                     out[t, ..., c] = o[0]
-            fc.start(out[0]) if t == 0 else fc.observe(out[t])
+            if fc is not None:
+                fc.start(out[0]) if t == 0 else fc.observe(out[t])
         flat = np.concatenate(positions) if positions else np.zeros(0, np.int64)
         return Coded(config, codes[:nn], ctx[:nn], flat, out, self.n_ctx, self.groups,
                      extra={"f": crc})
