@@ -265,6 +265,33 @@ def test_the_trial_runs_the_network_once_for_every_configuration(monkeypatch):
     assert len(runs) == 3
 
 
+def test_the_trial_ends_after_its_first_frames_where_the_forecaster_is_hopeless(monkeypatch):
+    """``auto`` stops the network after ``_TRIAL_PREFIX`` frames of the crop where they
+    code ``_PREFIX_HOPELESS`` times the classical choice's size (here: noiseless waves,
+    which the interpolation codes almost for free while the forecaster warms up),
+    and runs it over the whole crop where they do not; the file is the same."""
+    from tezip import codec
+    from tezip.predictors import learned as L
+
+    calls = []
+    real = L.Forecaster.forecast
+
+    def counted(self):
+        calls.append(1)
+        return real(self)
+
+    monkeypatch.setattr(L.Forecaster, "forecast", counted)
+    yy, xx = np.mgrid[0:64, 0:64]
+    x = np.stack([1000 * np.sin(xx / 7 + i / 5) * np.cos(yy / 9 - i / 7)
+                  for i in range(20)]).astype(np.float32)
+    short = tezip.compress(x, mode="rel", bound=1e-3, threads=1)
+    assert len(calls) == codec._TRIAL_PREFIX - 1            # one window: frames 1..8
+    calls.clear()
+    monkeypatch.setattr(codec, "_PREFIX_HOPELESS", float("inf"))
+    assert tezip.compress(x, mode="rel", bound=1e-3, threads=1) == short
+    assert len(calls) == x.shape[0] - 1
+
+
 torch = pytest.importorskip("torch")
 
 

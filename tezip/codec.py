@@ -633,6 +633,12 @@ _TRIAL_FRAMES = 2 * DEFAULT_WINDOW - 1  # ... of its first frames, at most this 
 #                             0.1 s, for the same file)
 _TRIAL_MARGIN = 0.97        # ... where it must code at most this fraction of the classical
 _HOPELESS = 1.10            # a first configuration this much above the classical: no other
+_TRIAL_PREFIX = 9           # ... and after this many frames of the crop, the trial ends
+_PREFIX_HOPELESS = 1.5      # where they code to this much above the classical coding of
+#                             them (the forecaster warms up over its first frames: where it
+#                             won, ks_pypde at 1e-3, 0.93-0.94 of the classical on the crop,
+#                             it read 1.12-1.14 at 9 frames; smoke's windows read 1.53-2.15,
+#                             1.26-2.39 on the whole crop)
 
 
 def _learned_trial(x: np.ndarray, quant: Quantizer, learned: Any, name: str | None,
@@ -642,21 +648,37 @@ def _learned_trial(x: np.ndarray, quant: Quantizer, learned: Any, name: str | No
     the classical choice (``name``, ``cfg``; None: no classical alternative). The
     configurations differ only in the spatial stage (a few %) and are estimated from one
     run of the network over the crop (``Learned.trial``: the network is the trial's
-    whole cost); unless ``thorough``, a first one that codes the crop ``_HOPELESS``
-    times the classical size ends the trial."""
+    whole cost). Unless ``thorough``, the trial ends early where the forecaster is
+    hopeless: at ``_TRIAL_PREFIX`` frames, if the first configuration codes them
+    ``_PREFIX_HOPELESS`` times the classical choice's coding of them; after the first
+    configuration, if it codes the crop ``_HOPELESS`` times the classical size."""
     h, w = x.shape[1:3]
     y0, x0 = max(0, (h - _CROP) // 2), max(0, (w - _CROP) // 2)
     crop = np.ascontiguousarray(x[:_TRIAL_FRAMES, y0:y0 + _CROP, x0:x0 + _CROP])
-    classical = None
-    if name is not None:
-        cc = predictors.get(name).encode(crop, quant, cfg, sign_map(crop, quant), sample=True)
-        classical = _estimate(cc, x.itemsize)
     configs = learned.configs(crop, quant)
+    classical = None
+    stop = None
+    if name is not None:
+        pred = predictors.get(name)
+
+        def on(c: np.ndarray) -> float:
+            return _estimate(pred.encode(c, quant, cfg, sign_map(c, quant), sample=True),
+                             x.itemsize)
+
+        classical = on(crop)
+        if not thorough and crop.shape[0] >= 2 * _TRIAL_PREFIX:
+            limit = _PREFIX_HOPELESS * on(np.ascontiguousarray(crop[:_TRIAL_PREFIX]))
+
+            def stop(c: predictors.Coded) -> bool:
+                return _estimate(c, x.itemsize) > limit
+
     costs: list[float] = []
-    for coded in learned.trial(crop, quant, configs):
+    for coded in learned.trial(crop, quant, configs, stop, _TRIAL_PREFIX):
         costs.append(_estimate(coded, x.itemsize))
         if not thorough and classical is not None and costs[0] > _HOPELESS * classical:
             break
+    if not costs:
+        return configs[0], False
     best = int(np.argmin(costs))
     if classical is None:
         return configs[best], True

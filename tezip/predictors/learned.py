@@ -14,7 +14,7 @@ One instance per model (registered by hash), no per-call state: thread-safe.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -85,24 +85,38 @@ class Learned(ValuePredictor):
 
     def encode(self, x: np.ndarray, quant: Quantizer, config: dict, sgn: np.ndarray,
                sample: bool = False) -> Coded:
-        return self._code(x, quant, config)
+        coded = self._code(x, quant, config)
+        assert coded is not None
+        return coded
 
-    def trial(self, x: np.ndarray, quant: Quantizer, configs: list[dict]) -> Iterator[Coded]:
+    def trial(self, x: np.ndarray, quant: Quantizer, configs: list[dict],
+              stop: Callable[[Coded], bool] | None = None, prefix: int = 0
+              ) -> Iterator[Coded]:
         """Codings of ``x`` under each of ``configs`` in turn, for their estimates, from
         one run of the forecaster: the first is the first configuration's ``encode``; the
         others code the forecasts made from its reconstruction (theirs differ only where
         their own reconstructions would have steered the forecast apart). The network is
-        a trial's whole cost; a caller that stops after the first pays nothing more."""
+        a trial's whole cost; a caller that stops after the first pays nothing more.
+        ``stop``: given the first configuration's coding of the first ``prefix`` frames
+        (where ``x`` has more), True ends the trial there, with nothing yielded."""
         bases: list[np.ndarray | None] = []
-        yield self._code(x, quant, configs[0], bases)
+        first = self._code(x, quant, configs[0], bases, stop=stop, prefix=prefix)
+        if first is None:
+            return
+        yield first
         for config in configs[1:]:
-            yield self._code(x, quant, config, bases, replay=True)
+            coded = self._code(x, quant, config, bases, replay=True)
+            assert coded is not None
+            yield coded
 
     def _code(self, x: np.ndarray, quant: Quantizer, config: dict,
-              bases: list[np.ndarray | None] | None = None, replay: bool = False) -> Coded:
+              bases: list[np.ndarray | None] | None = None, replay: bool = False,
+              stop: Callable[[Coded], bool] | None = None, prefix: int = 0
+              ) -> Coded | None:
         """``x`` coded under ``config``, each frame after the keyframe against the
         forecast from the frames before it (appended to ``bases`` where given); with
-        ``replay``, against the forecasts in ``bases`` instead, without the network."""
+        ``replay``, against the forecasts in ``bases`` instead, without the network;
+        None where ``stop`` (see ``trial``) ends it."""
         T = x.shape[0]
         frame_shape = x.shape[1:]
         nch = frame_shape[2] if len(frame_shape) == 3 else 1
@@ -149,6 +163,10 @@ class Learned(ValuePredictor):
                     out[t] = o[0]
                 else:
                     out[t, ..., c] = o[0]
+            if stop is not None and t + 1 == prefix < T and stop(
+                    Coded(config, codes[:nn], ctx[:nn], np.zeros(0, np.int64), None,
+                          self.n_ctx, self.groups)):
+                return None
             if fc is not None:
                 fc.start(out[0]) if t == 0 else fc.observe(out[t])
         flat = np.concatenate(positions) if positions else np.zeros(0, np.int64)
