@@ -64,7 +64,12 @@ TRANSFORM_NS_PER_VALUE = 26.0     # ... of the wavelet (format v8): 20-22 ns on 
 #                                   128 x 128 and iris at 1e-2..1e-4, 33 ns on frames of
 #                                   1024 x 1024 (its inverse transform, memory-bound there,
 #                                   and two passes of entropy decoding)
-NN_MACS_PER_S = 12e9              # float32 multiply-adds per second of one core (estimate)
+NN_MACS_PER_S = 40e9              # float32 multiply-adds per second of one core: the
+#                                   shipped model decoded at 31-46 ns a value (iris, ks_pypde,
+#                                   Gray-Scott 128 x 128, 16 x 1024 x 1024; 87-129 MB/s
+#                                   float32), estimated at 35-42 with this figure (12e9
+#                                   before conv3x3 took four output channels at a time:
+#                                   the estimate read 37 MB/s)
 LEARNED_FRAME_S = 40e-6           # the learned decoder's cost per frame besides its values'
 #                                   (the forecaster's steps are Python calls a frame: the
 #                                   shipped model decoded 4 x 4 frames in 38 us each, 8 x 8 in
