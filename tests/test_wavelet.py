@@ -5,6 +5,8 @@ bytes do not depend on the thread count."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 from exact import check_bound
@@ -190,6 +192,52 @@ def test_later_windows_unlike_the_first_fall_back_to_the_classical_choice():
         assert used[0] == "wavelet"
         if kind != "walk":  # (white noise: the wavelet codes it 1.03x the classical size)
             assert "wavelet" not in used[1:]
+        assert len(auto) < len(classical) + 1024
+        check_bound(a, tezip.decompress(auto), "rel", 1e-3)
+
+
+def test_auto_lengthens_the_windows_it_codes_with_the_wavelet():
+    """Where the tuning takes the wavelet and windows are automatic, they are lengthened
+    (``windows.transform_window``: 64 x 64 frames, 65 -> 129): the drifting blobs code
+    smaller in one window of 100 frames than in windows of 65, and keep the bound.
+    Windows asked for (``window``), dynamic ones (``threshold``), ``classical``, and
+    ``tezip prepare``'s options (``transform_windows=False``) are not lengthened."""
+    from tezip.dataset import config
+
+    a = blobs(t=100)
+    auto = tezip.compress(a, mode="rel", bound=1e-4, threads=1)
+    with tezip.open(auto) as f:
+        assert f.window_frames() == [(0, 100)]
+        check_bound(a, f.read_all(), "rel", 1e-4)
+    assert predictors_of(auto) == ["wavelet"]
+    asked = tezip.compress(a, mode="rel", bound=1e-4, threads=1, window=65)
+    with tezip.open(asked) as f:
+        assert f.window_frames() == [(0, 65), (65, 100)]
+    assert len(auto) < 0.95 * len(asked)
+    for kw in ({"threshold": 0.5}, {"predictor": "classical"}):
+        with tezip.open(tezip.compress(a, mode="rel", bound=1e-4, threads=1, **kw)) as f:
+            assert len(f.window_frames()) > 1
+    opts = config.CodecConfig("rel", 1e-4).options()
+    assert not opts.transform_windows and opts.window is None
+    buf = io.BytesIO()
+    codec.compress_stack(codec.ArrayStack(a, {}), None, opts, fileobj=buf)
+    with tezip.open(buf.getvalue()) as f:
+        assert f.window_frames() == [(0, 65), (65, 100)]
+
+
+def test_lengthened_windows_unlike_the_first_fall_back_to_the_classical_choice():
+    """As with windows asked for: a lengthened window that the wavelet codes larger than
+    the classical choice (a smooth start, then noise in the same long window, or in the
+    windows after it) is coded classically."""
+    rng = np.random.default_rng(6)
+    smooth = blobs(t=40, n=64)
+    for tail in (60, 200):
+        noisy = rng.normal(size=(tail, 64, 64)).astype(np.float32)
+        noisy = noisy / np.ptp(noisy) * np.ptp(smooth) + smooth.min()
+        a = np.concatenate([smooth, noisy])
+        auto = tezip.compress(a, mode="rel", bound=1e-3, threads=1)
+        classical = tezip.compress(a, mode="rel", bound=1e-3, predictor="classical",
+                                   threads=1)
         assert len(auto) < len(classical) + 1024
         check_bound(a, tezip.decompress(auto), "rel", 1e-3)
 

@@ -20,8 +20,11 @@ from tezip.windows import (
     AUTO_WINDOW_VALUES,
     DEFAULT_WINDOW,
     MAX_WINDOW_VALUES,
+    TRANSFORM_MAX_FRAMES,
+    TRANSFORM_WINDOW_VALUES,
     coded_windows,
     fixed_windows,
+    transform_window,
     window_length,
 )
 
@@ -188,3 +191,22 @@ def test_the_cli_window_default_is_automatic(tmp_path):
         with tezip.open(out) as f:
             assert len(f.window_frames()) == n
     assert main(["compress", str(src), str(tmp_path / "x.tez"), "--window", "0"]) == 1
+
+
+@pytest.mark.parametrize("fv,want", [
+    (128 * 128, 129), (109 * 110, 129), (256 * 256, 65), (512 * 512, 33),
+    (1024 * 1024, 33), (64 * 64, 129), (16 * 16, 1025), (1, 262145),
+])
+def test_transform_windows_are_lengthened_on_the_anchor_grid(fv, want):
+    """``windows.transform_window``: an automatic window doubled (2 (n - 1) + 1 frames)
+    while it holds at most TRANSFORM_WINDOW_VALUES values past its first frame, up to
+    TRANSFORM_MAX_FRAMES; never shortened (frames so small that the window is longer
+    already keep it)."""
+    n = window_length(None, fv)
+    got = transform_window(n, fv)
+    assert got == want and got >= n and (got - 1) % ANCHOR_FRAMES == 0
+    if got > n:
+        assert got <= TRANSFORM_MAX_FRAMES and (got - 1) * fv <= TRANSFORM_WINDOW_VALUES
+        assert 2 * (got - 1) + 1 > TRANSFORM_MAX_FRAMES or \
+            2 * (got - 1) * fv > TRANSFORM_WINDOW_VALUES
+

@@ -35,6 +35,7 @@ from .windows import (
     MAX_WINDOW_VALUES,
     coded_windows,
     dynamic_windows,
+    transform_window,
     window_length,
 )
 
@@ -102,6 +103,11 @@ class Options:
     adapt_seconds: float = 30.0
     min_decode_mbps: float | None = None
     embed_model: bool = True            # store a non-shipped ``model`` in each file
+    transform_windows: bool = True      # automatic windows lengthened where the stack's
+    #                                     tuning takes the transform (``windows.
+    #                                     transform_window``); ``tezip prepare`` lays its
+    #                                     shards' windows out by frame size (its pieces, the
+    #                                     loader's order) and turns this off
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not (self.threshold > 0 and
@@ -1292,6 +1298,19 @@ def _resolve_stack(stack: Any, options: Options, dtype: np.dtype,
     return resolve(options.bound, dtype, vr, integral=integral), vr
 
 
+def _transform_window(options: Options, tuning: Tuning, shape: tuple[int, ...],
+                      wlen: int) -> int:
+    """The windows' length for a stack whose tuning took the transform (``windows.
+    transform_window``), where the windows are automatic (no ``window``, no
+    ``threshold``, ``transform_windows``) and the stack is longer than one; else
+    ``wlen``."""
+    if (options.window is not None or options.threshold or not options.transform_windows
+            or not tuning.finalists or tuning.finalists[0][0] != TRANSFORM
+            or shape[0] <= wlen):
+        return wlen
+    return transform_window(wlen, math.prod(shape[1:]))
+
+
 def _head(shape: tuple[int, ...], wlen: int) -> tuple[int, int]:
     """The frames the tuning runs on: the first ``wlen``, also where the first window is
     longer (a joined tail, ``windows.coded_windows``). Its sample then has no frames past
@@ -1348,6 +1367,38 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
         plan = dynamic_windows(stack, wlen, options.threshold, scale)
     else:
         plan = coded_windows(shape[0], wlen, math.prod(shape[1:]))
+    # a float stack on the integer grid because the caller said it is all integers
+    # (``integral`` with ``vrange``): each window is checked, as the grid would break the
+    # bound on any other value (the stack's own scan checked it otherwise)
+    trusted = integral and vrange_given and dtype.kind == "f" and qp.kind == "int"
+
+    def read(t0: int, t1: int) -> np.ndarray:
+        x = stack.read(t0, t1)
+        if trusted and not (np.isfinite(x).all() and np.array_equal(x, np.rint(x))):
+            raise OptionError(f"integral=True, but frames {t0}-{t1 - 1} hold a value "
+                              "that is not a finite integer: pass the integral flag "
+                              "that codec.scan finds over the whole stack")
+        return x
+
+    # the tuning, on the first window (before the header: it may lengthen the windows)
+    first = read(*plan[0])
+    # the first window's codings from the tuning, when it was tuned on that window
+    cache: dict[int, dict[str, predictors.Coded] | None] = {}
+    own = plan[0] == _head(shape, wlen)
+    if tuning is None:
+        head = first if own else stack.read(*_head(shape, wlen))
+        tuning = _tune_on(head, qp, classical, options.n_threads())
+        if own:
+            cache[0] = tuning.head
+        longer = _transform_window(options, tuning, shape, wlen)
+        if longer > wlen:
+            wlen = longer
+            plan = coded_windows(shape[0], wlen, math.prod(shape[1:]))
+            first = read(*plan[0])
+            cache.clear()
+    finalists = tuning.finalists
+    frames = ((t0, t1, first if i == 0 else read(t0, t1))
+              for i, (t0, t1) in enumerate(plan))
     # the header's window: the longest a window may be (a joined last one is longer)
     header = build_header(stack, options, qp, vrange, max([wlen] + [b - a for a, b in plan]),
                           model_record(model) if learned is not None else None)
@@ -1356,32 +1407,6 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
     stats = Stats(raw_bytes=math.prod(shape) * dtype.itemsize)
     model_paid = learned is None or not embed      # a stored model must pay for itself
     with ContainerWriter(out, header, force=force, fileobj=fileobj) as w:
-        # a float stack on the integer grid because the caller said it is all integers
-        # (``integral`` with ``vrange``): each window is checked, as the grid would
-        # break the bound on any other value (the stack's own scan checked it otherwise)
-        trusted = integral and vrange_given and dtype.kind == "f" and qp.kind == "int"
-
-        def read(t0: int, t1: int) -> np.ndarray:
-            x = stack.read(t0, t1)
-            if trusted and not (np.isfinite(x).all() and np.array_equal(x, np.rint(x))):
-                raise OptionError(f"integral=True, but frames {t0}-{t1 - 1} hold a value "
-                                  "that is not a finite integer: pass the integral flag "
-                                  "that codec.scan finds over the whole stack")
-            return x
-
-        first = read(*plan[0])
-        frames = ((t0, t1, first if i == 0 else read(t0, t1))
-                  for i, (t0, t1) in enumerate(plan))
-        # the first window's codings from the tuning, when it was tuned on that window
-        cache: dict[int, dict[str, predictors.Coded] | None] = {}
-        own = plan[0] == _head(shape, wlen)
-        if tuning is None:
-            head = first if own else stack.read(*_head(shape, wlen))
-            tuning = _tune_on(head, qp, classical, options.n_threads())
-            if own:
-                cache[0] = tuning.head
-        finalists = tuning.finalists
-
         def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, Encoded]:
             t0, t1, x = item
             return t0, t1, encode_window_alternatives(x, qp, candidates, learned, thorough,

@@ -37,6 +37,30 @@ def window_length(requested: int | None, frame_values: int) -> int:
     return max(1, min(n, MAX_WINDOW_VALUES // fv))
 
 
+TRANSFORM_WINDOW_VALUES = 1 << 22   # a window coded by the transform (``predictors.
+#                                     transform``) is lengthened while it holds at most
+#                                     this many values (frames past the first)...
+TRANSFORM_MAX_FRAMES = 4 * ANCHOR_FRAMES + 1   # ... up to this many frames: the wavelet's
+#                                     levels along time grow with the window's length
+#                                     (``benchmarks/results/transform.md``: Gray-Scott's
+#                                     160 frames of 128 x 128 coded 1.7-2.1x smaller in
+#                                     windows of 129 frames than of 33, the blobs' 1.5-1.9x)
+
+
+def transform_window(length: int, frame_values: int) -> int:
+    """An automatic window of ``length`` frames lengthened for the transform coder: doubled
+    (2 (n - 1) + 1 frames, on the anchor grid still) while it stays within
+    TRANSFORM_MAX_FRAMES frames and its frames past the first hold at most
+    TRANSFORM_WINDOW_VALUES values (and within MAX_WINDOW_VALUES); never shortened."""
+    fv = max(1, frame_values)
+    n = length
+    while (2 * (n - 1) + 1 <= TRANSFORM_MAX_FRAMES
+           and 2 * (n - 1) * fv <= TRANSFORM_WINDOW_VALUES
+           and (2 * (n - 1) + 1) * fv <= MAX_WINDOW_VALUES):
+        n = 2 * (n - 1) + 1
+    return n
+
+
 def fixed_windows(n_frames: int, length: int) -> list[tuple[int, int]]:
     """[t0, t1) ranges of ``length`` frames (the last one may be shorter)."""
     return [(t0, min(n_frames, t0 + length)) for t0 in range(0, max(0, n_frames), length)]

@@ -48,9 +48,11 @@ class CodecConfig:
         return cfg
 
     def options(self) -> Options:
+        # (the shards' windows as ``plan.effective_window`` lays them out: its pieces and
+        # the loader's order count on it, so not lengthened for the transform)
         return Options(make_bound(self.mode, self.bound, self.rel_bound),
                        predictor=self.predictor, window=self.window, model=self.model,
-                       min_decode_mbps=self.min_decode_mbps)
+                       min_decode_mbps=self.min_decode_mbps, transform_windows=False)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
