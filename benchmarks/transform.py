@@ -6,8 +6,9 @@ default, which takes the wavelet where its coding of the first window is estimat
 bound).
 
 Stacks: the three smooth fields of ``edges.py`` (numpy, no download: ``heat``, ``blobs``,
-``grayscott``, the reaction-diffusion run whose ratio SPERR led by 1.9x in issue 13) and
-the shared stacks found in ``--data``.
+``grayscott``, the reaction-diffusion run whose ratio SPERR led by 1.9x in issue 13, and
+the same run for 160 frames, where the wavelet's windows are lengthened to 129 frames:
+``windows.transform_window``) and the shared stacks found in ``--data``.
 
     python benchmarks/transform.py [--data DIR] [--bounds 1e-2,1e-3,1e-4] [--repeat 3]
         [--md benchmarks/results/transform.md]
@@ -34,7 +35,8 @@ CODECS = ("tezip-classical", "tezip", "tezip-wavelet", "SZ3 3-D", "SPERR 3-D")
 
 
 def stacks(data: str) -> dict[str, np.ndarray]:
-    out = {"heat": heat(), "blobs": blobs(), "grayscott": grayscott()}
+    out = {"heat": heat(), "blobs": blobs(), "grayscott": grayscott(),
+           "grayscott-long": grayscott(t=160)}
     for name in SHARED:
         path = os.path.join(data, f"{name}.npy")
         if os.path.exists(path):
