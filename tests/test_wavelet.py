@@ -199,7 +199,8 @@ def test_later_windows_unlike_the_first_fall_back_to_the_classical_choice():
 def test_auto_lengthens_the_windows_it_codes_with_the_wavelet():
     """Where the tuning takes the wavelet and windows are automatic, they are lengthened
     (``windows.transform_window``: 64 x 64 frames, 65 -> 129): the drifting blobs code
-    smaller in one window of 100 frames than in windows of 65, and keep the bound.
+    smaller in one window of 100 frames than in windows of 65, and keep the bound; the
+    choice is made on the lengthened first window.
     Windows asked for (``window``), dynamic ones (``threshold``), ``classical``, and
     ``tezip prepare``'s options (``transform_windows=False``) are not lengthened."""
     from tezip.dataset import config
@@ -217,6 +218,13 @@ def test_auto_lengthens_the_windows_it_codes_with_the_wavelet():
     for kw in ({"threshold": 0.5}, {"predictor": "classical"}):
         with tezip.open(tezip.compress(a, mode="rel", bound=1e-4, threads=1, **kw)) as f:
             assert len(f.window_frames()) > 1
+    # tried on the lengthened first window: at 1e-2 the wavelet codes these blobs larger
+    # than the interpolation in windows of 65 frames, but smaller in one of 100
+    coarse = tezip.compress(a, mode="rel", bound=1e-2, threads=1)
+    coarse65 = tezip.compress(a, mode="rel", bound=1e-2, threads=1, window=65)
+    assert predictors_of(coarse) == ["wavelet"] and "wavelet" not in predictors_of(coarse65)
+    assert len(coarse) < 0.8 * len(coarse65)
+    check_bound(a, tezip.decompress(coarse), "rel", 1e-2)
     opts = config.CodecConfig("rel", 1e-4).options()
     assert not opts.transform_windows and opts.window is None
     buf = io.BytesIO()

@@ -340,6 +340,12 @@ TRANSFORM_SCREEN = 0.85   # coefficients alone under this times the classical ch
 #                           in 21 of 21 cells (the shared stacks and edges.py's smooth
 #                           fields at 1e-2..1e-4), and a full trial that failed after it
 #                           cost `auto` half its speed (ks_pypde and speckle at 1e-2)
+TRANSFORM_LONG_SCREEN = 0.9  # ... where the transform would code longer windows (``windows.
+#                           transform_window``), the screen on the longer first window; if
+#                           the window's own would fail, it must read under this times that
+#                           (frames coherent in time: drifting blobs at 1e-3, 1.031 -> 0.828;
+#                           speckle at 1e-2, 0.861 -> 0.848, is not, and its full trial on
+#                           65 frames of 256 x 256 cost `auto` two thirds of its speed)
 TRANSFORM_MIN_FRAMES = 9  # ... in windows of at least this many frames (fewer take no
 #                           level along time)
 
@@ -375,19 +381,22 @@ def config_key(name: str, cfg: dict) -> str:
 
 
 def tune(x: np.ndarray, quant: Quantizer, candidates: tuple[str, ...],
-         threads: int = 1, against: tuple[str, dict] | None = None) -> Tuning:
+         threads: int = 1, against: tuple[str, dict] | None = None,
+         longer: np.ndarray | None = None) -> Tuning:
     """``_tune_classical`` among the candidates other than the transform (TRANSFORM),
     then, where it is one of them, the transform against their best (``_or_transform``);
     the transform alone where it is the only one (``_transform_only``). A drift check's
-    tuning (``against``) ranks the classical predictors only."""
+    tuning (``against``) ranks the classical predictors only. ``longer``: the stack's
+    first window as the transform would code it (``windows.transform_window``; None: as
+    ``x``), on which it is tried."""
     rest = tuple(c for c in candidates if c != TRANSFORM)
     if not rest:
         if against is None:
-            return _transform_only(x, quant, threads)
+            return _transform_only(x, quant, threads, longer)
         rest = predictors.CLASSICAL_CANDIDATES
     tuned = _tune_classical(x, quant, rest, threads, against)
     if TRANSFORM in candidates and against is None:
-        return _or_transform(x, quant, tuned)
+        return _or_transform(x, quant, tuned, longer)
     return tuned
 
 
@@ -448,13 +457,15 @@ def _transform_tuning(best: tuple[float, dict, predictors.Coded],
                                              config_key(*alt): coded}, classical.bits)
 
 
-def _transform_only(x: np.ndarray, quant: Quantizer, threads: int = 1) -> Tuning:
-    """The transform as the only candidate (``--predictor wavelet``); the classical
-    predictors where the bound leaves nothing to transform (integers under a bound below
-    1, which is lossless; ``Options`` refuses the modes it does not code)."""
+def _transform_only(x: np.ndarray, quant: Quantizer, threads: int = 1,
+                    longer: np.ndarray | None = None) -> Tuning:
+    """The transform as the only candidate (``--predictor wavelet``), tuned on ``longer``
+    where given (see ``tune``); the classical predictors where the bound leaves nothing
+    to transform (integers under a bound below 1, which is lossless; ``Options`` refuses
+    the modes it does not code)."""
     if not predictors.get(TRANSFORM).configs(x, quant):
         return _tune_classical(x, quant, predictors.CLASSICAL_CANDIDATES, threads)
-    return _transform_tuning(_best_transform(x, quant))
+    return _transform_tuning(_best_transform(x if longer is None else longer, quant))
 
 
 def _transform_crop(x: np.ndarray) -> np.ndarray:
@@ -465,31 +476,44 @@ def _transform_crop(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x[:, y0:y0 + TRANSFORM_CROP, x0:x0 + TRANSFORM_CROP])
 
 
-def _or_transform(x: np.ndarray, quant: Quantizer, tuned: Tuning) -> Tuning:
-    """``tuned``, or the transform in its place where its coding of the window ``x`` is
-    estimated under TRANSFORM_GAIN times the size of the classical choice's (then every
-    window takes it, without a drift check). First a screen on ``_transform_crop``: the
-    transform's coefficients alone (80-97% of its coding) against the classical choice's
-    codes there; where they are under TRANSFORM_SCREEN times, both code the whole window
-    (the classical coding is the window's own: kept in the tuning's ``head``). Where the
-    screen fails, ``tuned`` itself: the file is the classical path's, byte for byte."""
+def _or_transform(x: np.ndarray, quant: Quantizer, tuned: Tuning,
+                  longer: np.ndarray | None = None) -> Tuning:
+    """``tuned``, or the transform in its place where its coding of the window ``x`` (or
+    of ``longer``, the first window the transform would code: see ``tune``) is estimated
+    under TRANSFORM_GAIN times the size of the classical choice's coding of ``x``, per
+    value (then every window takes it, without a drift check). First a screen on
+    ``_transform_crop``: the transform's coefficients alone (80-97% of its coding)
+    against the classical choice's codes there; where they are under TRANSFORM_SCREEN
+    times, both code the whole window (the classical coding is the window's own: kept
+    in the tuning's ``head``). Where the screen fails, ``tuned`` itself: the file is the
+    classical path's, byte for byte."""
     from . import entropy
 
     pred = predictors.get(TRANSFORM)
     cfgs = pred.configs(x, quant)
     if not cfgs or not tuned.finalists or x.shape[0] < TRANSFORM_MIN_FRAMES:
         return tuned
+    y = x if longer is None else longer
     name, cfg = tuned.finalists[0]
     crop = _transform_crop(x)
     on_crop = _estimate(predictors.get(name).encode(crop, quant, cfg, sign_map(crop, quant),
-                                                    sample=True), x.itemsize)
-    codes, ctx = pred.coefficients(crop, quant, cfgs[0])
-    if not entropy.estimate_bits(codes, ctx, pred.n_ctx, pred.groups, 8.0 * x.itemsize,
-                                 False) < TRANSFORM_SCREEN * on_crop:
+                                                    sample=True), x.itemsize) / crop.size
+
+    def coefficients(c: np.ndarray) -> float:
+        codes, ctx = pred.coefficients(c, quant, cfgs[0])
+        return entropy.estimate_bits(codes, ctx, pred.n_ctx, pred.groups, 8.0 * x.itemsize,
+                                     False) / c.size
+
+    screen = coefficients(crop if y is x else _transform_crop(y))
+    if not screen < TRANSFORM_SCREEN * on_crop:
         return tuned
+    if y is not x:
+        short = coefficients(crop)
+        if not (short < TRANSFORM_SCREEN * on_crop or screen <= TRANSFORM_LONG_SCREEN * short):
+            return tuned
     coded = _code_with(x, quant, name, cfg, tuned.head)
-    best = _best_transform(x, quant)
-    if not best[0] < TRANSFORM_GAIN * _estimate(coded, x.itemsize):
+    best = _best_transform(y, quant)
+    if not best[0] / y.size < TRANSFORM_GAIN * _estimate(coded, x.itemsize) / x.size:
         return Tuning(tuned.finalists, {config_key(name, cfg): coded}, tuned.bits)
     return _transform_tuning(best, tuned, coded)
 
@@ -1257,10 +1281,11 @@ def _tunes(qp: QuantParams, classical: tuple[str, ...]) -> bool:
 
 
 def _tune_on(head: np.ndarray, qp: QuantParams, classical: tuple[str, ...],
-             threads: int = 1) -> Tuning:
+             threads: int = 1, longer: np.ndarray | None = None) -> Tuning:
     if not _tunes(qp, classical):
         return Tuning(None)
-    return tune(np.ascontiguousarray(head), quantizer(qp), classical, threads)
+    return tune(np.ascontiguousarray(head), quantizer(qp), classical, threads,
+                longer=None if longer is None else np.ascontiguousarray(longer))
 
 
 def tune_stack(stack: Any, options: Options,
@@ -1298,15 +1323,13 @@ def _resolve_stack(stack: Any, options: Options, dtype: np.dtype,
     return resolve(options.bound, dtype, vr, integral=integral), vr
 
 
-def _transform_window(options: Options, tuning: Tuning, shape: tuple[int, ...],
-                      wlen: int) -> int:
-    """The windows' length for a stack whose tuning took the transform (``windows.
-    transform_window``), where the windows are automatic (no ``window``, no
-    ``threshold``, ``transform_windows``) and the stack is longer than one; else
-    ``wlen``."""
+def _transform_window(options: Options, shape: tuple[int, ...], wlen: int) -> int:
+    """The windows' length should the stack's tuning take the transform (``windows.
+    transform_window``), where it is a candidate, the windows are automatic (no
+    ``window``, no ``threshold``, ``transform_windows``) and the stack is longer than
+    one; else ``wlen``."""
     if (options.window is not None or options.threshold or not options.transform_windows
-            or not tuning.finalists or tuning.finalists[0][0] != TRANSFORM
-            or shape[0] <= wlen):
+            or TRANSFORM not in options.candidates() or shape[0] <= wlen):
         return wlen
     return transform_window(wlen, math.prod(shape[1:]))
 
@@ -1380,22 +1403,26 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
                               "that codec.scan finds over the whole stack")
         return x
 
-    # the tuning, on the first window (before the header: it may lengthen the windows)
-    first = read(*plan[0])
+    # the tuning, on the first window (before the header: it may lengthen the windows),
+    # and the first window the transform would code, its windows lengthened (read once)
+    long_len = wlen if tuning is not None else _transform_window(options, shape, wlen)
+    long_plan = coded_windows(shape[0], long_len, math.prod(shape[1:]))
+    longer = (read(*long_plan[0]) if long_len > wlen and long_plan[0] != plan[0]
+              else None)
+    first = read(*plan[0]) if longer is None else longer[:plan[0][1] - plan[0][0]]
     # the first window's codings from the tuning, when it was tuned on that window
     cache: dict[int, dict[str, predictors.Coded] | None] = {}
     own = plan[0] == _head(shape, wlen)
     if tuning is None:
         head = first if own else stack.read(*_head(shape, wlen))
-        tuning = _tune_on(head, qp, classical, options.n_threads())
+        tuning = _tune_on(head, qp, classical, options.n_threads(), longer)
         if own:
             cache[0] = tuning.head
-        longer = _transform_window(options, tuning, shape, wlen)
-        if longer > wlen:
-            wlen = longer
-            plan = coded_windows(shape[0], wlen, math.prod(shape[1:]))
-            first = read(*plan[0])
-            cache.clear()
+        if longer is not None and tuning.finalists and tuning.finalists[0][0] == TRANSFORM:
+            wlen, plan, first = long_len, long_plan, longer
+            # (of the tuning's codings, the transform's of this longer window only)
+            cache[0] = {k: c for k, c in (tuning.head or {}).items()
+                        if c.out is not None and c.out.shape == first.shape}
     finalists = tuning.finalists
     frames = ((t0, t1, first if i == 0 else read(t0, t1))
               for i, (t0, t1) in enumerate(plan))
