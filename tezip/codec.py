@@ -1323,13 +1323,15 @@ def _resolve_stack(stack: Any, options: Options, dtype: np.dtype,
     return resolve(options.bound, dtype, vr, integral=integral), vr
 
 
-def _transform_window(options: Options, shape: tuple[int, ...], wlen: int) -> int:
+def _transform_window(options: Options, qp: QuantParams, shape: tuple[int, ...],
+                      wlen: int) -> int:
     """The windows' length should the stack's tuning take the transform (``windows.
-    transform_window``), where it is a candidate, the windows are automatic (no
-    ``window``, no ``threshold``, ``transform_windows``) and the stack is longer than
-    one; else ``wlen``."""
+    transform_window``), where it is a candidate that codes this bound, the windows are
+    automatic (no ``window``, no ``threshold``, ``transform_windows``) and the stack is
+    longer than one; else ``wlen``."""
     if (options.window is not None or options.threshold or not options.transform_windows
-            or TRANSFORM not in options.candidates() or shape[0] <= wlen):
+            or TRANSFORM not in options.candidates() or shape[0] <= wlen
+            or not predictors.get(TRANSFORM).configs(np.zeros((1, 1, 1)), quantizer(qp))):
         return wlen
     return transform_window(wlen, math.prod(shape[1:]))
 
@@ -1405,7 +1407,7 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
 
     # the tuning, on the first window (before the header: it may lengthen the windows),
     # and the first window the transform would code, its windows lengthened (read once)
-    long_len = wlen if tuning is not None else _transform_window(options, shape, wlen)
+    long_len = wlen if tuning is not None else _transform_window(options, qp, shape, wlen)
     long_plan = coded_windows(shape[0], long_len, math.prod(shape[1:]))
     longer = (read(*long_plan[0]) if long_len > wlen and long_plan[0] != plan[0]
               else None)
