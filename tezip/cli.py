@@ -220,7 +220,7 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
     used = ", ".join(f"{k} x{v}" for k, v in sorted(stats.predictors.items()))
     click.echo(f"{input} -> {output}: {_mb(stats.raw_bytes)} -> {_mb(stats.compressed_bytes)}, "
                f"ratio {stats.ratio:.2f}, {summary['mb_per_s']:.1f} MB/s "
-               f"({stats.windows} windows: {used})")
+               f"({stats.windows} window{'s' if stats.windows != 1 else ''}: {used})")
 
 
 @cli.command()
