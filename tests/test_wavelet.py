@@ -250,6 +250,45 @@ def test_lengthened_windows_unlike_the_first_fall_back_to_the_classical_choice()
         check_bound(a, tezip.decompress(auto), "rel", 1e-3)
 
 
+def diffusing(t: int, n: int, seed: int = 0) -> np.ndarray:
+    """White noise diffusing: smooth, and smoother every frame."""
+    u = np.random.default_rng(seed).normal(size=(n, n))
+    out = np.empty((t, n, n))
+    for i in range(t):
+        for _ in range(3):
+            u = u + 0.2 * (np.roll(u, 1, 0) + np.roll(u, -1, 0) + np.roll(u, 1, 1)
+                           + np.roll(u, -1, 1) - 4 * u)
+        out[i] = u
+    return (out * 1000 + 7).astype(np.float32)
+
+
+def test_a_lengthened_window_falls_back_to_the_classical_choice_in_its_own_windows(
+        monkeypatch):
+    """Where the stack's tuning took the wavelet on its lengthened first window but the
+    classical choice codes a window smaller, that window is coded by the classical choice
+    in windows of the stack's own length, as ``classical`` codes it (in the lengthened
+    window it was up to 1.02x that: a diffusing field, helper-49): ``auto`` is then
+    ``classical`` plus the header's model record."""
+    seen = []
+    real = codec._settled
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        seen.append((a[3][0][0], a[7] if len(a) > 7 else k.get("sub"), [p[0] for p in out]))
+        return out
+
+    monkeypatch.setattr(codec, "_settled", spy)
+    a = diffusing(97, 128)
+    auto = tezip.compress(a, mode="rel", bound=1e-2, threads=1)
+    assert len(seen) == 1 and seen[0][:2] == ("wavelet", 33)  # one window of 97 frames
+    assert seen[0][2] == [33, 33, 31]
+    classical = tezip.compress(a, mode="rel", bound=1e-2, predictor="classical", threads=1)
+    with tezip.open(auto) as f, tezip.open(classical) as g:
+        assert f.window_frames() == g.window_frames()
+        check_bound(a, f.read_all(), "rel", 1e-2)
+    assert len(classical) < len(auto) <= len(classical) + 200
+
+
 def test_classical_never_tries_the_wavelet():
     blob = tezip.compress(blobs(), mode="rel", bound=1e-3, predictor="classical")
     assert "wavelet" not in predictors_of(blob)

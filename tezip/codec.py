@@ -724,11 +724,29 @@ def _learned_trial(x: np.ndarray, quant: Quantizer, learned: Any, name: str | No
 class Encoded:
     """A coded window: its payload and predictor, and when the learned predictor won,
     the classical alternative (the writer may prefer it while the model has not paid
-    for its own bytes)."""
+    for its own bytes). ``parts``: where set, the window is written as these
+    consecutive windows instead, (frames, payload, predictor) each (a window lengthened
+    for the transform that the classical choice codes smaller in windows of the
+    stack's own length: ``_settled``); ``alternative`` may be such parts too."""
 
     payload: bytes
     predictor: str
-    alternative: tuple[bytes, str] | None = None
+    alternative: list[Part] | None = None
+    parts: list[Part] | None = None
+
+
+Part = tuple[int, bytes, str]   # (frames, payload, predictor) of one window written
+
+
+def _encoded(parts: list[Part], alternative: list[Part] | None = None) -> Encoded:
+    """The ``Encoded`` of a window written as ``parts``."""
+    if len(parts) == 1:
+        return Encoded(parts[0][1], parts[0][2], alternative)
+    return Encoded(parts[0][1], parts[0][2], alternative, parts)
+
+
+def _size(parts: list[Part]) -> int:
+    return sum(len(p[1]) for p in parts)
 
 
 def encode_window(x: np.ndarray, qp: QuantParams,
@@ -750,11 +768,13 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                learned: Any = None, thorough: bool = False,
                                finalists: list[tuple[str, dict]] | None = None,
                                coded_cache: dict[str, predictors.Coded] | None = None,
-                               drift_ref: float | None = None) -> Encoded:
+                               drift_ref: float | None = None,
+                               sub: int | None = None) -> Encoded:
     """``encode_window``, keeping the classical alternative of a learned window.
     ``coded_cache``: full codings of this very window, or of its first frames, by
     configuration (``Tuning.head``), used instead of coding them again; ``drift_ref``:
-    the stack's ``Tuning.bits`` (``_drifted``; None: no check)."""
+    the stack's ``Tuning.bits`` (``_drifted``; None: no check); ``sub``: the stack's own
+    window length where its windows were lengthened for the transform (``_settled``)."""
     from .predictors.lossless import ordered
 
     x = np.ascontiguousarray(x)
@@ -802,20 +822,20 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         ldata = _pack(x, quant, lcoded, "learned", lcoded.out)
         if coded is None:
             return Encoded(ldata, "learned")
-        cdata, name = _settled(x, quant, classical, finalists, coded, drift_ref,
-                               coded_cache)
-        if len(ldata) < len(cdata):
-            return Encoded(ldata, "learned", (cdata, name))
-        return Encoded(cdata, name)
+        cparts = _settled(x, quant, classical, finalists, coded, drift_ref, coded_cache, sub)
+        if len(ldata) < _size(cparts):
+            return Encoded(ldata, "learned", cparts)
+        return _encoded(cparts)
     assert coded is not None
-    return Encoded(*_settled(x, quant, classical, finalists, coded, drift_ref, coded_cache))
+    return _encoded(_settled(x, quant, classical, finalists, coded, drift_ref, coded_cache,
+                             sub))
 
 
 def _settled(x: np.ndarray, quant: Quantizer, classical: tuple[str, ...],
              finalists: list[tuple[str, dict]], coded: predictors.Coded,
-             ref: float | None, cache: dict[str, predictors.Coded] | None = None
-             ) -> tuple[bytes, str]:
-    """(payload, predictor) of window ``x``, ``coded`` with the stack's choice
+             ref: float | None, cache: dict[str, predictors.Coded] | None = None,
+             sub: int | None = None) -> list[Part]:
+    """The windows to write for window ``x``, ``coded`` with the stack's choice
     (``finalists[0]``), checked for drift (``_drifted``; ``ref``: the classical choice's
     bits per value on the first window). Where ``auto`` chose the transform, every window
     is coded with the classical choice after it too (``cache``: the first window's
@@ -823,20 +843,31 @@ def _settled(x: np.ndarray, quant: Quantizer, classical: tuple[str, ...],
     the transform was chosen on the first window, and a later one unlike it was coded up
     to 1.14x (a smooth field, then smoke; a short last window: helper-47) and 1.67x
     (flat regions with sharp edges, where the transform's cost per value stayed as it was
-    on the first: helper-48) the size the classical choice gives. Depends on the window
-    and the stack's tuning only."""
+    on the first: helper-48) the size the classical choice gives. Where the stack's
+    windows were lengthened for the transform (``sub``: the length they had), the
+    classical choice codes ``x`` in windows of that length (``windows.coded_windows``),
+    as it would have without the transform: windows of 65-129 frames coded with it were
+    up to 1.02x its size in windows of 33 (a diffusing field, helper-49). Depends on the
+    window and the stack's tuning only."""
     name, cfg = finalists[0]
     data = _pack(x, quant, coded, name, coded.out)
+    n = x.shape[0]
     if name != TRANSFORM:
-        return _drifted(x, quant, classical, name, cfg, data, ref)
+        return [(n, *_drifted(x, quant, classical, name, cfg, data, ref))]
     if len(finalists) < 2:
-        return data, name
+        return [(n, data, name)]
     aname, acfg = finalists[1]
-    alt = _code_with(x, quant, aname, acfg, cache)
-    other = _pack(x, quant, alt, aname, alt.out)
-    if not len(other) < len(data):
-        return data, name
-    return _drifted(x, quant, classical, aname, acfg, other, ref)
+    cuts = ([(0, n)] if sub is None or n <= sub
+            else coded_windows(n, sub, math.prod(x.shape[1:])))
+    pieces = []
+    for a, b in cuts:
+        xs = x if (a, b) == (0, n) else np.ascontiguousarray(x[a:b])
+        alt = _code_with(xs, quant, aname, acfg, cache if a == 0 else None)
+        pieces.append((xs, _pack(xs, quant, alt, aname, alt.out)))
+    if not sum(len(d) for _, d in pieces) < len(data):
+        return [(n, data, name)]
+    return [(xs.shape[0], *_drifted(xs, quant, classical, aname, acfg, d, ref))
+            for xs, d in pieces]
 
 
 def _code_with(x: np.ndarray, quant: Quantizer, name: str, cfg: dict,
@@ -845,10 +876,14 @@ def _code_with(x: np.ndarray, quant: Quantizer, name: str, cfg: dict,
     (``Tuning.head``) where it holds it, or the frames after its first ones there."""
     pred = predictors.get(name)
     coded = (cache or {}).get(config_key(name, cfg))
+    if coded is not None and (coded.out is None or coded.out.shape[1:] != x.shape[1:]
+                              or coded.out.shape[0] > x.shape[0]):
+        coded = None            # (not a coding of this window: of a shorter one, say)
     if coded is not None and coded.out is not None and coded.out.shape[0] < x.shape[0]:
         # the tuning coded the window's first frames only: the frames after them
         nh = coded.out.shape[0]
-        coded = pred.extend(coded, x, quant, cfg, sign_map(x[nh:], quant))
+        coded = (pred.extend(coded, x, quant, cfg, sign_map(x[nh:], quant))
+                 if pred.extends(x.shape) else None)
     if coded is None:
         coded = pred.encode(x, quant, cfg, sign_map(x, quant))
     return coded
@@ -1415,16 +1450,17 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
     # the first window's codings from the tuning, when it was tuned on that window
     cache: dict[int, dict[str, predictors.Coded] | None] = {}
     own = plan[0] == _head(shape, wlen)
+    sub = None          # the windows' own length where they are lengthened
     if tuning is None:
         head = first if own else stack.read(*_head(shape, wlen))
         tuning = _tune_on(head, qp, classical, options.n_threads(), longer)
         if own:
             cache[0] = tuning.head
         if longer is not None and tuning.finalists and tuning.finalists[0][0] == TRANSFORM:
-            wlen, plan, first = long_len, long_plan, longer
-            # (of the tuning's codings, the transform's of this longer window only)
-            cache[0] = {k: c for k, c in (tuning.head or {}).items()
-                        if c.out is not None and c.out.shape == first.shape}
+            # (the tuning's codings: the transform's of this longer window, the classical
+            # choice's of the window's own first frames, its first part: ``_settled``)
+            sub, wlen, plan, first = wlen, long_len, long_plan, longer
+            cache[0] = tuning.head
     finalists = tuning.finalists
     frames = ((t0, t1, first if i == 0 else read(t0, t1))
               for i, (t0, t1) in enumerate(plan))
@@ -1440,21 +1476,24 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
             t0, t1, x = item
             return t0, t1, encode_window_alternatives(x, qp, candidates, learned, thorough,
                                                       finalists, cache.pop(t0, None),
-                                                      tuning.bits)
+                                                      tuning.bits, sub)
 
         for t0, t1, enc in _ordered_map(work, frames, options.n_threads()):
-            data, used = enc.payload, enc.predictor
+            parts = enc.parts or [(t1 - t0, enc.payload, enc.predictor)]
             if enc.alternative is not None and not model_paid:
                 # the first learned window must save at least the model's bytes
-                if len(enc.alternative[0]) - len(data) >= len(model.data):
+                if _size(enc.alternative) - _size(parts) >= len(model.data):
                     model_paid = True
                 else:
-                    data, used = enc.alternative
-            w.add_window(t0, t1 - t0, data)
-            stats.predictors[used] = stats.predictors.get(used, 0) + 1
-            stats.windows += 1
-            if progress:
-                progress(t1 - t0)
+                    parts = enc.alternative
+            t = t0
+            for n, data, used in parts:
+                w.add_window(t, n, data)
+                t += n
+                stats.predictors[used] = stats.predictors.get(used, 0) + 1
+                stats.windows += 1
+                if progress:
+                    progress(n)
         w.close(model.data if embed and "learned" in stats.predictors else None)
     stats.compressed_bytes = w.bytes_written
     return stats
