@@ -91,3 +91,10 @@ def test_the_v8_fixtures_hold_wavelet_windows():
     integer, one of several channels."""
     seen = {kind for meta, kind in _windows("v8") if meta["p"] == "wavelet"}
     assert {"float", "int"} <= seen
+
+
+def test_the_v8_fixtures_hold_a_learned_window():
+    """A learned window written by 0.8.0 with the shipped model: the network's kernels
+    (``kernels.nn``) must keep their bits, or the window's forecast CRC refuses it (0.8.1
+    rewrote conv3x3 four output channels at a time, the same bits)."""
+    assert any(meta["p"] == "learned" for meta, _ in _windows("v8"))
