@@ -289,6 +289,26 @@ def test_a_lengthened_window_falls_back_to_the_classical_choice_in_its_own_windo
     assert len(classical) < len(auto) <= len(classical) + 200
 
 
+def test_a_frame_of_nans_does_not_turn_auto_from_the_wavelet():
+    """Non-finite values are stored exactly; the transform sees the same pixel's value
+    from the nearest frame where it is finite (``transform._filled``: it saw 0, and a
+    frame of NaNs broke the field's smoothness along time), and ``auto`` compares the
+    codings per value stored on the grid (the lengthened first window held a frame of
+    NaNs the classical choice's 33 frames did not: ``auto`` coded it with interpolation,
+    6x the wavelet's size; helper-49's stacks)."""
+    a = blobs(t=100)
+    a[0, 0, 0], a[40, 5:9, 7], a[99] = np.nan, np.inf, np.nan
+    auto = tezip.compress(a, mode="rel", bound=1e-3, threads=1)
+    wavelet = tezip.compress(a, mode="rel", bound=1e-3, predictor="wavelet", threads=1)
+    clean = a.copy()
+    clean[0, 0, 0], clean[40, 5:9, 7], clean[99] = a[1, 0, 0], a[39, 5:9, 7], a[98]
+    assert predictors_of(auto) == ["wavelet"]
+    assert len(wavelet) < 1.3 * len(tezip.compress(clean, mode="rel", bound=1e-3,
+                                                   predictor="wavelet", threads=1))
+    for blob in (auto, wavelet):
+        check_bound(a, tezip.decompress(blob), "rel", 1e-3)
+
+
 def test_classical_never_tries_the_wavelet():
     blob = tezip.compress(blobs(), mode="rel", bound=1e-3, predictor="classical")
     assert "wavelet" not in predictors_of(blob)

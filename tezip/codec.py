@@ -513,7 +513,16 @@ def _or_transform(x: np.ndarray, quant: Quantizer, tuned: Tuning,
             return tuned
     coded = _code_with(x, quant, name, cfg, tuned.head)
     best = _best_transform(y, quant)
-    if not best[0] / y.size < TRANSFORM_GAIN * _estimate(coded, x.itemsize) / x.size:
+
+    def rate(bits: float, c: predictors.Coded, n: int) -> float:
+        # bits per value stored on the grid: the values stored exactly (non-finite ones)
+        # cost either coding the same, and the longer window may hold more of them (a
+        # frame of NaNs after the first 33 made the wavelet's 10x the classical's)
+        k = c.outliers.size
+        return (bits - 8.0 * x.itemsize * k) / max(1, n - k)
+
+    if not (rate(best[0], best[2], y.size)
+            < TRANSFORM_GAIN * rate(_estimate(coded, x.itemsize), coded, x.size)):
         return Tuning(tuned.finalists, {config_key(name, cfg): coded}, tuned.bits)
     return _transform_tuning(best, tuned, coded)
 
