@@ -12,7 +12,8 @@ window where the options allow it (``auto``: ``codec._or_transform``), or takes 
 
 Absolute and relative bounds on floats and integers (not point-wise relative bounds,
 not lossless data: ``configs`` offers nothing there). Non-finite values are stored
-exactly (the transform sees 0 in their place). Channels are coded one after another.
+exactly (the transform sees the same pixel's nearest finite value in time in their
+place: ``_filled``). Channels are coded one after another.
 """
 
 from __future__ import annotations
