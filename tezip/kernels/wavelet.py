@@ -189,9 +189,49 @@ def _axis(v, nlev, forward):
 def forward(c):
     """The forward transform of ``c`` (float64, (T, H, W), C-contiguous), in place."""
     T, H, W = c.shape
-    _axis(c.reshape(1, T, H * W), levels_jit(T), True)
+    _time(c.reshape(T, H * W), levels_jit(T), True, _time_block(c))
     _axis(c, levels_jit(H), True)
     _rows(c.reshape(T * H, W), levels_jit(W), True)
+
+
+TIME_BLOCK = 256            # columns transformed at once along time (``_time``) ...
+TIME_BLOCK_BYTES = 28 << 20  # ... in volumes larger than this: a volume past the last-level
+#                             cache is otherwise streamed from memory by every lifting step
+#                             (65 x 256 x 256: the time axis 24 -> 10 ms; 33 x 1024 x 1024:
+#                             230 -> 90 ms); a smaller one runs faster whole (33 x 256 x
+#                             256: 3.5-3.8 ms whole, 3.7-4.8 in blocks)
+
+
+@inline
+def _time_block(c):
+    return TIME_BLOCK if c.size * 8 > TIME_BLOCK_BYTES else 0
+
+
+@jit
+def _time(v, nlev, forward, block):
+    """All ``nlev`` levels along the first axis of ``v`` (T, B): at once where ``block``
+    is 0, else ``block`` columns at a time through a contiguous buffer. Each column's
+    arithmetic is the same either way (the same bits)."""
+    n0, nb = v.shape
+    if nlev == 0:
+        return
+    if block == 0:
+        _axis(v.reshape(1, n0, nb), nlev, forward)
+        return
+    lens = _lens(n0, nlev)
+    buf = np.empty((n0, block), np.float64)
+    tmp = np.empty((n0, block), np.float64)
+    for b0 in range(0, nb, block):
+        bb = min(block, nb - b0)
+        b = buf if bb == block else np.empty((n0, bb), np.float64)     # (contiguous)
+        t = tmp if bb == block else np.empty((n0, bb), np.float64)
+        for i in range(n0):
+            for j in range(bb):
+                b[i, j] = v[i, b0 + j]
+        _lift(b, lens, nlev, forward, t)
+        for i in range(n0):
+            for j in range(bb):
+                v[i, b0 + j] = b[i, j]
 
 
 ROWS = 32   # rows transformed at once along the frame's last axis (``_rows``)
@@ -227,7 +267,7 @@ def inverse(c):
     T, H, W = c.shape
     _rows(c.reshape(T * H, W), levels_jit(W), False)
     _axis(c, levels_jit(H), False)
-    _axis(c.reshape(1, T, H * W), levels_jit(T), False)
+    _time(c.reshape(T, H * W), levels_jit(T), False, _time_block(c))
 
 
 @inline
