@@ -427,6 +427,16 @@ def decode(out, d, bt, by, bx, mode, otype, step, lo, hi, cmap, kbs, lut, fc, wo
     of = out.ravel()
     aq = np.zeros(T * HW, np.uint8)
     sa, sy, sx, bk = context_tables(bt, by, bx)
+    # each context's class, looked up at once from (band class, neighbours' sum): the
+    # bucket and the class map were two loads more on the chain from one symbol to the
+    # next (6.6 -> 5.5 ns a coefficient, 5.5 -> 4.7 a correction on iris)
+    ccs = np.empty(N_CLS * 766, np.uint8)
+    for b in range(N_CLS):
+        for q in range(766):
+            ccs[b * 766 + q] = cmap[np.uint64(_coef_ctx(b, bk[q]))]
+    ccr = np.empty(511, np.uint8)
+    for q in range(511):
+        ccr[q] = cmap[np.uint64(_corr_ctx(q))]
     for t in range(T):
         pt = sa[t] != 0
         for y in range(H):
@@ -444,8 +454,9 @@ def decode(out, d, bt, by, bx, mode, otype, step, lo, hi, cmap, kbs, lut, fc, wo
                     s += np.int64(aq[ui - np.uint64(W)])
                 if pt:
                     s += np.int64(aq[ui - np.uint64(HW)])
-                cc = np.int64(cmap[np.uint64(_coef_ctx(syb + np.int64(bx[x]),
-                                                       bk[np.uint64(s)]))])
+                bb = syb + np.int64(bx[x])
+                bb = bb if bb < N_CLS - 1 else N_CLS - 1
+                cc = np.int64(ccs[np.uint64(bb * 766 + s)])
                 slot = x0 & (M - 1)
                 sym = np.int64(lut[np.uint64(cc * M + slot)])
                 x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cc * ALPHABET + sym)],
@@ -482,7 +493,7 @@ def decode(out, d, bt, by, bx, mode, otype, step, lo, hi, cmap, kbs, lut, fc, wo
             s = left
             if up:
                 s += np.int64(am[ui - np.uint64(W)])
-            cc = np.int64(cmap[np.uint64(_corr_ctx(s))])
+            cc = np.int64(ccr[np.uint64(s)])
             slot = x0 & (M - 1)
             sym = np.int64(lut[np.uint64(cc * M + slot)])
             x0, x1, wp = rans_next(x0, x1, slot, fc[np.uint64(cc * ALPHABET + sym)],
