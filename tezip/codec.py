@@ -61,10 +61,11 @@ CLASSICAL_NS_PER_VALUE = 9.0      # decoding cost of the classical predictors pe
 #                                   one core: 7.8-12.6 ns in the README's bench run at
 #                                   efef281 (the shared stacks at 1e-3 and 1e-4); it was
 #                                   15, an estimate older than the compiled decoders
-TRANSFORM_NS_PER_VALUE = 26.0     # ... of the wavelet (format v8): 20-22 ns on Gray-Scott
-#                                   128 x 128 and iris at 1e-2..1e-4, 33 ns on frames of
-#                                   1024 x 1024 (its inverse transform, memory-bound there,
-#                                   and two passes of entropy decoding)
+TRANSFORM_NS_PER_VALUE = 19.0     # ... of the wavelet (format v8): 15.6-16.8 ns on
+#                                   Gray-Scott 128 x 128 and iris at 1e-2..1e-4, 20-22 on
+#                                   ks_pypde's 256 x 256 and frames of 1024 x 1024 (two
+#                                   passes of entropy decoding and the inverse transform;
+#                                   0.8.1: 20-22 and 29-33)
 NN_MACS_PER_S = 40e9              # float32 multiply-adds per second of one core: the
 #                                   shipped model decoded at 31-46 ns a value (iris, ks_pypde,
 #                                   Gray-Scott 128 x 128, 16 x 1024 x 1024; 87-129 MB/s
