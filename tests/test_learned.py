@@ -292,6 +292,43 @@ def test_the_trial_ends_after_its_first_frames_where_the_forecaster_is_hopeless(
     assert len(calls) == x.shape[0] - 1
 
 
+def test_later_windows_like_a_hopeless_first_skip_the_trial(monkeypatch):
+    """Where the trial on the stack's first window finds the forecaster hopeless, a
+    later window skips its own if the classical choice codes its crop in about the first
+    one's bits per value (``Tuning.hopeless``, ``_LATER_RETRY``); a window unlike the
+    first runs its trial. The file is the one a trial in every window gives, at any
+    thread count."""
+    from tezip import codec
+
+    shapes = []
+    real = codec._learned_trial
+
+    def counted(x, *a, **k):
+        shapes.append(x.shape[0])
+        return real(x, *a, **k)
+
+    monkeypatch.setattr(codec, "_learned_trial", counted)
+    monkeypatch.setattr(codec, "TRANSFORM_SCREEN", 0.0)     # (no wavelet: windows of 33)
+    yy, xx = np.mgrid[0:128, 0:128]
+    x = np.stack([1000 * np.sin(xx / 7 + i / 5) * np.cos(yy / 9 - i / 7)
+                  for i in range(99)]).astype(np.float32)     # 3 windows of 33
+    assert codec.coded_windows(99, codec.window_length(None, 128 * 128), 128 * 128) == [
+        (0, 33), (33, 66), (66, 99)]
+    alike = tezip.compress(x, mode="rel", bound=1e-3, threads=1)
+    assert shapes == [33]                   # the first window's, in the tuning: no other
+    rough = x.copy()
+    rough[66:] += np.random.default_rng(0).normal(0, 30, rough[66:].shape).astype(np.float32)
+    shapes.clear()
+    unlike = tezip.compress(rough, mode="rel", bound=1e-3, threads=1)
+    assert shapes == [33, 33]               # ... and the third window's
+    monkeypatch.setattr(codec, "_LATER_RETRY", 1.0)         # every window tries
+    for a, blob in ((x, alike), (rough, unlike)):
+        shapes.clear()
+        assert tezip.compress(a, mode="rel", bound=1e-3, threads=1) == blob
+        assert len(shapes) == 3
+        assert tezip.compress(a, mode="rel", bound=1e-3, threads=2) == blob
+
+
 torch = pytest.importorskip("torch")
 
 

@@ -19,7 +19,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -375,6 +375,13 @@ class Tuning:
     bits: float | None = None   # the first's estimated bits per value there (on the head,
     #                             else on the sample; None: nothing was ranked): the
     #                             windows' drift check (``_drifted``)
+    hopeless: float | None = None  # where the learned predictor's trial on the head
+    #                             found it hopeless (``_learned_trial``), the classical
+    #                             choice's bits per value on that trial's crop: later windows
+    #                             like it there skip their trials (``encode_window_
+    #                             alternatives``)
+    trial: Any = field(default=None, compare=False, repr=False)  # ... that ``Trial``, for
+    #                             the window that is the head
 
 
 def config_key(name: str, cfg: dict) -> str:
@@ -684,35 +691,71 @@ _PREFIX_HOPELESS = 1.5      # where they code to this much above the classical c
 #                             won, ks_pypde at 1e-3, 0.93-0.94 of the classical on the crop,
 #                             it read 1.12-1.14 at 9 frames; smoke's windows read 1.53-2.15,
 #                             1.26-2.39 on the whole crop)
+_LATER_HOPELESS = 1.08      # a stack's first window whose trial codes this much above the
+#                             classical (or stops early): its later windows skip the trial
+#                             (``encode_window_alternatives``) unless the classical choice
+#                             codes their crop in _LATER_RETRY times the bits per value of
+#                             the first's, or fewer by as much. On
+#                             the shared stacks (1e-2..1e-4) the second window's trial read
+#                             0.00-0.05 below the first's (iris 1.140 -> 1.087, speckle
+#                             1.251 -> 1.218, ks_pypde 1.097 -> 1.089; smoke 2.1-2.4 ->
+#                             1.2-1.4): to be taken it must read 0.97
+_LATER_RETRY = 1.25
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What the learned predictor's trial on a window's crop found (``_learned_trial``):
+    its best configuration there, whether it codes the crop smaller than the classical
+    choice, whether it is hopeless there, and the classical choice's bits per value on
+    the crop (None: no classical alternative)."""
+
+    cfg: dict
+    worth: bool
+    hopeless: bool = False
+    classical: float | None = None
+
+
+def _trial_crop(x: np.ndarray) -> np.ndarray:
+    """The learned trial's crop of window ``x``: its central _CROP x _CROP pixels over its
+    first ``_TRIAL_FRAMES`` frames."""
+    h, w = x.shape[1:3]
+    y0, x0 = max(0, (h - _CROP) // 2), max(0, (w - _CROP) // 2)
+    return np.ascontiguousarray(x[:_TRIAL_FRAMES, y0:y0 + _CROP, x0:x0 + _CROP])
+
+
+def _classical_bits(c: np.ndarray, quant: Quantizer, name: str, cfg: dict) -> float:
+    """The estimated bits of ``c`` coded with (``name``, ``cfg``)."""
+    pred = predictors.get(name)
+    return _estimate(pred.encode(c, quant, cfg, sign_map(c, quant), sample=True), c.itemsize)
 
 
 def _learned_trial(x: np.ndarray, quant: Quantizer, learned: Any, name: str | None,
-                   cfg: dict | None, thorough: bool = False) -> tuple[dict, bool]:
+                   cfg: dict | None, thorough: bool = False,
+                   classical_bits: float | None = None) -> Trial:
     """On a central crop of the window (of its first ``_TRIAL_FRAMES`` frames): the
-    learned configuration that codes it smallest, and whether it codes it smaller than
-    the classical choice (``name``, ``cfg``; None: no classical alternative). The
+    learned configuration that codes it smallest, whether it codes it smaller than
+    the classical choice (``name``, ``cfg``; None: no classical alternative), and whether
+    the forecaster is hopeless there (``_LATER_HOPELESS``: the trial stopped early, or its
+    best coding reads that much above the classical; never where ``thorough``). The
     configurations differ only in the spatial stage (a few %) and are estimated from one
     run of the network over the crop (``Learned.trial``: the network is the trial's
     whole cost). Unless ``thorough``, the trial ends early where the forecaster is
     hopeless: at ``_TRIAL_PREFIX`` frames, if the first configuration codes them
     ``_PREFIX_HOPELESS`` times the classical choice's coding of them; after the first
-    configuration, if it codes the crop ``_HOPELESS`` times the classical size."""
-    h, w = x.shape[1:3]
-    y0, x0 = max(0, (h - _CROP) // 2), max(0, (w - _CROP) // 2)
-    crop = np.ascontiguousarray(x[:_TRIAL_FRAMES, y0:y0 + _CROP, x0:x0 + _CROP])
+    configuration, if it codes the crop ``_HOPELESS`` times the classical size.
+    ``classical_bits``: the classical choice's estimate on the crop, made already."""
+    crop = _trial_crop(x)
     configs = learned.configs(crop, quant)
     classical = None
     stop = None
     if name is not None:
-        pred = predictors.get(name)
-
-        def on(c: np.ndarray) -> float:
-            return _estimate(pred.encode(c, quant, cfg, sign_map(c, quant), sample=True),
-                             x.itemsize)
-
-        classical = on(crop)
+        assert cfg is not None
+        classical = (_classical_bits(crop, quant, name, cfg) if classical_bits is None
+                     else classical_bits)
         if not thorough and crop.shape[0] >= 2 * _TRIAL_PREFIX:
-            limit = _PREFIX_HOPELESS * on(np.ascontiguousarray(crop[:_TRIAL_PREFIX]))
+            limit = _PREFIX_HOPELESS * _classical_bits(
+                np.ascontiguousarray(crop[:_TRIAL_PREFIX]), quant, name, cfg)
 
             def stop(c: predictors.Coded) -> bool:
                 return _estimate(c, x.itemsize) > limit
@@ -722,12 +765,14 @@ def _learned_trial(x: np.ndarray, quant: Quantizer, learned: Any, name: str | No
         costs.append(_estimate(coded, x.itemsize))
         if not thorough and classical is not None and costs[0] > _HOPELESS * classical:
             break
-    if not costs:
-        return configs[0], False
+    per_value = None if classical is None else classical / crop.size
+    if not costs:       # (stopped early)
+        return Trial(configs[0], False, stop is not None, per_value)
     best = int(np.argmin(costs))
     if classical is None:
-        return configs[best], True
-    return configs[best], costs[best] < _TRIAL_MARGIN * classical
+        return Trial(configs[best], True)
+    return Trial(configs[best], costs[best] < _TRIAL_MARGIN * classical,
+                 not thorough and costs[best] > _LATER_HOPELESS * classical, per_value)
 
 
 @dataclass
@@ -779,12 +824,16 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
                                finalists: list[tuple[str, dict]] | None = None,
                                coded_cache: dict[str, predictors.Coded] | None = None,
                                drift_ref: float | None = None,
-                               sub: int | None = None) -> Encoded:
+                               sub: int | None = None, hopeless: float | None = None,
+                               trial: Trial | None = None) -> Encoded:
     """``encode_window``, keeping the classical alternative of a learned window.
     ``coded_cache``: full codings of this very window, or of its first frames, by
     configuration (``Tuning.head``), used instead of coding them again; ``drift_ref``:
     the stack's ``Tuning.bits`` (``_drifted``; None: no check); ``sub``: the stack's own
-    window length where its windows were lengthened for the transform (``_settled``)."""
+    window length where its windows were lengthened for the transform (``_settled``);
+    ``hopeless``: the stack's ``Tuning.hopeless``: the learned trial is skipped where the
+    classical choice codes its crop in within ``_LATER_RETRY`` times those bits per value
+    either way; ``trial``: this window's trial, made already."""
     from .predictors.lossless import ordered
 
     x = np.ascontiguousarray(x)
@@ -824,9 +873,20 @@ def encode_window_alternatives(x: np.ndarray, qp: QuantParams,
         name, cfg = finalists[0]
         coded = _code_with(x, quant, name, cfg, coded_cache)
     worth = False
+    if use_learned and not thorough and trial is None and hopeless is not None and classical:
+        # a stack whose first window the forecaster cannot serve: this window too, if
+        # the classical choice codes its crop about as it coded the first's
+        crop = _trial_crop(x)
+        cbits = _classical_bits(crop, quant, name, cfg)
+        if 1.0 / _LATER_RETRY <= cbits / crop.size / hopeless <= _LATER_RETRY:
+            use_learned = False
+        else:
+            trial = _learned_trial(x, quant, learned, name, cfg, classical_bits=cbits)
     if use_learned:
-        lcfg, worth = _learned_trial(x, quant, learned, name if classical else None,
-                                     cfg if classical else None, thorough)
+        if trial is None or thorough:
+            trial = _learned_trial(x, quant, learned, name if classical else None,
+                                   cfg if classical else None, thorough)
+        lcfg, worth = trial.cfg, trial.worth
     if use_learned and (worth or thorough):
         lcoded = learned.encode(x, quant, lcfg, sign_map(x, quant))
         ldata = _pack(x, quant, lcoded, "learned", lcoded.out)
@@ -1344,8 +1404,47 @@ def tune_stack(stack: Any, options: Options,
     qp, vrange = _resolve_stack(stack, options, dtype, vrange, integral)
     wlen = window_length(options.window, math.prod(shape[1:]))
     classical = _classical(options)
-    t = _tune_on(stack.read(*_head(shape, wlen)), qp, classical)
-    return Tuning(t.finalists, bits=t.bits)
+    head = stack.read(*_head(shape, wlen))
+    t = _tune_on(head, qp, classical)
+    if options.adapt:       # (the model is fitted to the stack: every window tries it)
+        return Tuning(t.finalists, bits=t.bits)
+    learned = _learned_for(options, resolve_model(stack, options, qp)[0], shape, dtype)
+    t = _head_trial(t, head, qp, options, learned)
+    return Tuning(t.finalists, bits=t.bits, hopeless=t.hopeless)
+
+
+def _learned_for(options: Options, model: Any, shape: tuple[int, ...],
+                 dtype: np.dtype) -> Any:
+    """The learned predictor of ``model`` for a stack of ``shape`` and ``dtype``, where
+    its expected decoding speed reaches the floor (or the options ask for it); else
+    None."""
+    if model is None:
+        return None
+    from .predictors.learned import for_model
+
+    channels = shape[3] if len(shape) == 4 else 1
+    fast = learned_decode_mbps(model.config.macs_per_pixel(), channels,
+                               dtype.itemsize, math.prod(shape[1:])) >= options.floor()
+    return for_model(model) if fast or options.predictor == "learned" else None
+
+
+def _head_trial(tuning: Tuning, head: np.ndarray, qp: QuantParams, options: Options,
+                learned: Any) -> Tuning:
+    """``tuning`` with the learned predictor's trial on ``head`` (the stack's first
+    window, on which it was tuned, or that window lengthened for the transform) against
+    its first choice, where ``auto`` tries the learned predictor in each window: whether
+    it is hopeless there (then later windows like the first skip their trials:
+    ``encode_window_alternatives``), and the trial itself, which the first window takes
+    where it is ``head`` instead of running it again."""
+    quant = quantizer(qp)
+    if (learned is None or not tuning.finalists or options.adapt
+            or options.predictor == "learned" or "learned" not in options.candidates(True)
+            or not learned.supports(head.shape, quant)):
+        return tuning
+    name, cfg = tuning.finalists[0]
+    t = _learned_trial(np.ascontiguousarray(head), quant, learned, name, cfg)
+    return replace(tuning, hopeless=t.classical if t.hopeless and t.classical else None,
+                   trial=t)
 
 
 def _resolve_stack(stack: Any, options: Options, dtype: np.dtype,
@@ -1418,15 +1517,7 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
                           "from tune_stack with the same predictor option")
     wlen = window_length(options.window, math.prod(shape[1:]))
     model, embed = resolve_model(stack, options, qp)
-    learned = None
-    if model is not None:
-        from .predictors.learned import for_model
-
-        channels = shape[3] if len(shape) == 4 else 1
-        fast = learned_decode_mbps(model.config.macs_per_pixel(), channels,
-                                   dtype.itemsize, math.prod(shape[1:])) >= options.floor()
-        if fast or options.predictor == "learned":
-            learned = for_model(model)
+    learned = _learned_for(options, model, shape, dtype)
     if options.predictor == "learned" and model is None:
         raise OptionError(_learned_refusal(np.zeros((2, 1, 1), dtype), quantizer(qp), None))
     if options.threshold:
@@ -1471,6 +1562,9 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
             # choice's of the window's own first frames, its first part: ``_settled``)
             sub, wlen, plan, first = wlen, long_len, long_plan, longer
             cache[0] = tuning.head
+        # the learned trial on the first window: the head, as ``tune_stack`` makes it, or
+        # the lengthened window (whose later windows are as long)
+        tuning = _head_trial(tuning, head if sub is None else first, qp, options, learned)
     finalists = tuning.finalists
     frames = ((t0, t1, first if i == 0 else read(t0, t1))
               for i, (t0, t1) in enumerate(plan))
@@ -1484,9 +1578,10 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
     with ContainerWriter(out, header, force=force, fileobj=fileobj) as w:
         def work(item: tuple[int, int, np.ndarray]) -> tuple[int, int, Encoded]:
             t0, t1, x = item
-            return t0, t1, encode_window_alternatives(x, qp, candidates, learned, thorough,
-                                                      finalists, cache.pop(t0, None),
-                                                      tuning.bits, sub)
+            return t0, t1, encode_window_alternatives(
+                x, qp, candidates, learned, thorough, finalists, cache.pop(t0, None),
+                tuning.bits, sub, tuning.hopeless,
+                tuning.trial if t0 == 0 and (own or sub is not None) else None)
 
         for t0, t1, enc in _ordered_map(work, frames, options.n_threads()):
             parts = enc.parts or [(t1 - t0, enc.payload, enc.predictor)]
