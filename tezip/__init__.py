@@ -148,7 +148,7 @@ def compress(array: np.ndarray, mode: str = "rel", bound: float | None = 1e-3, *
         raise OptionError(f"metadata must be a dict, got {type(metadata).__name__}")
     meta = _json_metadata(metadata or {})
     buf = _io.BytesIO()
-    compress_stack(ArrayStack(_as_array(array), meta), None, opts, fileobj=buf)  # type: ignore[arg-type]
+    compress_stack(ArrayStack(_as_array(array), meta), None, opts, fileobj=buf, lean=True)  # type: ignore[arg-type]
     return buf.getvalue()
 
 

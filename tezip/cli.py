@@ -205,7 +205,8 @@ def compress(input: Path, output: Path, mode: str | None, bound: float | None,
         if embed:
             stats, notes = _compress_into_hdf5(stack, output, opts, bar.update, force)
         else:
-            stats = compress_stack(stack, output, opts, force=force, progress=bar.update)
+            stats = compress_stack(stack, output, opts, force=force, progress=bar.update,
+                                   lean=True)
             notes = []
         dt = time.perf_counter() - t
         _notes([*stack.notes, *notes] if hasattr(stack, "notes") else notes)
@@ -348,7 +349,8 @@ def _compress_into_hdf5(stack: Any, output: Path, opts: Options, progress: Any,
     with io.atomic_output(output, force=force) as h5:
         tez = Path(temp_name(output))                    # scratch: the stream to embed
         try:
-            stats = compress_stack(stack, tez, opts, force=True, progress=progress)
+            stats = compress_stack(stack, tez, opts, force=True, progress=progress,
+                                   lean=True)
             meta = stack.metadata or {}
             notes = hdf5_tree.embed(str(tez), h5, meta.get(hdf5_tree.KEY),
                                     meta.get("dataset") or "/data", meta.get("attrs") or {},

@@ -151,21 +151,40 @@ def check_header(header: dict) -> None:
         raise OptionError(f"the model record {model!r} has no SHA-256 content hash")
 
 
+LEAN_MAX = 1 << 20      # the payload bytes a writer keeps so that ``close`` may write the
+#                        lean header instead (past them, a 118-byte model record is under
+#                        0.011% of the file)
+
+
 class ContainerWriter:
     """Streams windows into ``path`` (or into ``fileobj`` when given, for in-memory use).
 
     A file output goes through ``tezip.atomic.AtomicOutput`` (checks, temporary name,
     fsync, no-replace rename without ``force``). The header and every window are checked
     against the limits the reader enforces before they are written; ``check=False`` skips
-    that, for tests that craft damaged files on purpose."""
+    that, for tests that craft damaged files on purpose. ``lean_header``: a header that
+    ``close(lean=True)`` writes in ``header``'s place (one without the learned model's
+    record, where no window turned out to use it), if the windows hold at most LEAN_MAX
+    bytes and the output is a file or an ``io.BytesIO``: the file is then rewritten from
+    its start, windows kept in memory."""
 
     def __init__(self, path: str | os.PathLike | None, header: dict, *, force: bool = False,
                  fileobj: BinaryIO | None = None, check: bool = True,
-                 version: int = FORMAT_VERSION) -> None:
+                 version: int = FORMAT_VERSION, lean_header: dict | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self._check = check
         if check:
             check_header(header)
+        self._lean: bytes | None = None
+        self._kept: list[bytes] | None = None
+        self._kept_bytes = 0
+        self._start = 0
+        if lean_header is not None and check and (fileobj is None
+                                                  or isinstance(fileobj, io.BytesIO)):
+            check_header(lean_header)
+            self._lean = encode_header(lean_header)
+            self._kept = []
+            self._start = fileobj.tell() if fileobj is not None else 0
         body = encode_header(header) if check else json.dumps(
             header, sort_keys=True, separators=(",", ":")).encode()
         self._frames = int(header["shape"][0]) if check else None
@@ -211,14 +230,44 @@ class ContainerWriter:
         self._pos += len(payload)
         self._t += frames
         self.bytes_written = self._pos
+        if self._kept is not None:
+            self._kept_bytes += len(payload)
+            if self._kept_bytes > LEAN_MAX:
+                self._kept = None
+            else:
+                self._kept.append(payload)
 
-    def close(self, model: bytes | None = None) -> None:
+    def _rewrite_lean(self) -> None:
+        """The file again from its start, with the lean header (``lean_header``)."""
+        assert self._lean is not None and self._kept is not None
+        try:
+            self._f.seek(self._start)
+            self._f.truncate()
+        except OSError as exc:
+            self.abort()
+            raise OutputError(f"cannot write {self.path}: {reason(exc)}") from exc
+        pre = _PRE.pack(MAGIC, self._version, len(self._lean)) + self._lean
+        self._write(pre + _CRC.pack(crc32(pre)))
+        pos = len(pre) + _CRC.size
+        entries = []
+        for e, payload in zip(self.entries, self._kept, strict=True):
+            self._write(payload)
+            entries.append(WindowEntry(pos, e.length, e.t0, e.frames, e.crc))
+            pos += len(payload)
+        self.entries = entries
+        self._pos = self.bytes_written = pos
+
+    def close(self, model: bytes | None = None, lean: bool = False) -> None:
         """Finish the file; ``model``: the learned model's bytes, stored after the
-        windows (when a window uses it and it is not a shipped one)."""
+        windows (when a window uses it and it is not a shipped one); ``lean``: write the
+        lean header where the writer has one and kept the windows (see the class)."""
         if self._check and self._t != self._frames:
             self.abort()
             raise OutputError(f"only {self._t} of {self._frames} frames were written; "
                               f"{self.path or 'the stream'} discarded")
+        if lean and not model and self._kept is not None:
+            self._rewrite_lean()
+        self._kept = None
         model = model or b""
         if len(model) > MAX_MODEL:
             self.abort()

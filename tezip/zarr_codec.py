@@ -191,7 +191,7 @@ class Tezip(Codec):
                                "byteorder": arr.dtype.byteorder if swapped else "="}
         out = io.BytesIO()
         compress_stack(ArrayStack(stack, meta), None, self._options, fileobj=out,
-                       vrange=self.value_range)
+                       vrange=self.value_range, lean=True)
         return out.getvalue()
 
     def decode(self, buf: Any, out: Any = None) -> np.ndarray:
