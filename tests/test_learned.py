@@ -265,6 +265,39 @@ def test_the_trial_runs_the_network_once_for_every_configuration(monkeypatch):
     assert len(runs) == 3
 
 
+def test_the_forecasters_frame_steps_keep_numpys_bits():
+    """``kernels.nn.normalize`` and ``snap`` (one pass each, 0.8.2) against the numpy
+    steps they replace, bit for bit: a forecast's grid indices make its CRC, and a
+    learned window's reconstruction depends on both."""
+    from tezip.kernels import nn
+
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        for scale in (1e-30, 1e-3, 1.0, 7.5, 1e30):
+            x = (rng.standard_normal((2, 13, 17)) * scale * 10).astype(dtype)
+            x[0, 1, :4] = [np.nan, np.inf, -np.inf, 0.0]
+            x[1, 2, :2] = [np.finfo(dtype).max, -np.finfo(dtype).tiny / 3]
+            prev = rng.standard_normal(x.shape).astype(np.float32)
+            lo = float(rng.standard_normal() * scale)
+            for xv in (x, x.transpose(0, 2, 1).copy().transpose(0, 2, 1)):  # any layout
+                with np.errstate(all="ignore"):
+                    v = (np.asarray(xv, np.float64) - lo) / scale
+                    want = np.where(np.isfinite(v), np.clip(v, -8.0, 9.0), prev)
+                got = np.empty(x.shape, np.float32)
+                nn.normalize(xv, lo, scale, -8.0, 9.0, prev, got)
+                assert got.tobytes() == want.astype(np.float32).tobytes()
+            f = (rng.standard_normal(500) * scale * 1e3).astype(np.float64)
+            f[:5] = [np.nan, np.inf, -np.inf, 2.0**60 * scale, 0.5 * scale]
+            unit = scale / 4096
+            with np.errstate(all="ignore"):
+                k = np.rint(f / unit)
+            k = np.where(np.abs(k) <= 2.0**52, k, 0.0)
+            got_k, got = np.empty(f.size, np.int64), np.empty(f.size)
+            nn.snap(f, unit, got_k, got)
+            assert got_k.tobytes() == k.astype("<i8").tobytes()
+            assert got.tobytes() == (k * unit).tobytes()
+
+
 def test_the_trial_ends_after_its_first_frames_where_the_forecaster_is_hopeless(monkeypatch):
     """``auto`` stops the network after ``_TRIAL_PREFIX`` frames of the crop where they
     code ``_PREFIX_HOPELESS`` times the classical choice's size (here: noiseless waves,

@@ -43,7 +43,7 @@ from .windows import (
 # processes, up to a quarter of the encoding time went to page faults)
 allocator.configure()
 
-__version__ = "0.8.1"
+__version__ = "0.8.2"
 _SHA256 = re.compile("[0-9a-f]{64}")
 
 

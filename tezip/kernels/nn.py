@@ -184,3 +184,37 @@ def upsample2(x, out):
         for y in range(H):
             for xx in range(W):
                 out[c, y, xx] = x[c, y >> 1, xx >> 1]
+
+
+# --- the forecaster's frame steps (``learned.runtime``, ``predictors.learned``) ------------
+# (one pass each instead of numpy's several over temporaries; the same IEEE operations
+# in the same order, so the same bits)
+
+@jit
+def normalize(x, lo, scale, lo_clip, hi_clip, prev, out):
+    """``out`` (float32, (C, H, W)) = ``(x - lo) / scale`` clipped to [lo_clip,
+    hi_clip] where finite, else ``prev``; ``x`` (C, H, W), any real dtype and layout,
+    taken as float64."""
+    C, H, W = out.shape
+    for c in range(C):
+        for y in range(H):
+            for xx in range(W):
+                v = (np.float64(x[c, y, xx]) - lo) / scale
+                if abs(v) < np.inf:
+                    v = hi_clip if v > hi_clip else (lo_clip if v < lo_clip else v)
+                    out[c, y, xx] = np.float32(v)
+                else:
+                    out[c, y, xx] = prev[c, y, xx]
+
+
+@jit
+def snap(f, unit, k, out):
+    """A forecast ``f`` (float64, flat) on the grid of ``unit``: ``k`` (int64) the grid
+    index of each value (0 past +-2^52, or not finite), ``out`` = k * unit."""
+    lim = 2.0 ** 52
+    for i in range(f.size):
+        q = np.rint(f[i] / unit)
+        if not abs(q) <= lim:
+            q = 0.0
+        k[i] = np.int64(q)
+        out[i] = q * unit

@@ -15,6 +15,7 @@ from ..kernels import nn
 from .model import Model
 
 _CLIP = (-8.0, 9.0)
+_NORM_TYPES = (np.dtype(np.float32), np.dtype(np.float64))  # (others: as float64)
 
 
 def _to_chw(frame: np.ndarray) -> np.ndarray:
@@ -65,11 +66,12 @@ class Forecaster:
 
     # -- values <-> normalized ----------------------------------------------------------
     def _norm(self, frame: np.ndarray) -> np.ndarray:
-        x = _to_chw(np.asarray(frame, np.float64))
-        with np.errstate(all="ignore"):
-            v = (x - self.lo) / self.scale
-        v = np.where(np.isfinite(v), np.clip(v, *_CLIP), self.prev)
-        return v.astype(np.float32)
+        x = _to_chw(np.asarray(frame))
+        if x.dtype not in _NORM_TYPES:
+            x = x.astype(np.float64)
+        v = np.empty(self.prev.shape, np.float32)
+        nn.normalize(x, self.lo, self.scale, _CLIP[0], _CLIP[1], self.prev, v)
+        return v
 
     def start(self, keyframe: np.ndarray) -> None:
         k = np.asarray(keyframe, np.float64)

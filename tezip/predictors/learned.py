@@ -22,6 +22,7 @@ import numpy as np
 from ..checksum import crc32
 from ..errors import CorruptFileError, DecodeMismatchError
 from ..kernels import interp as KI
+from ..kernels import nn as NN
 from ..kernels.core import call
 from ..learned.model import Model
 from ..learned.runtime import Forecaster
@@ -77,11 +78,11 @@ class Learned(ValuePredictor):
 
     @staticmethod
     def _snap(f: np.ndarray, unit: float, crc: int) -> tuple[np.ndarray, int]:
-        with np.errstate(all="ignore"):
-            k = np.rint(f / unit)
-        k = np.where(np.abs(k) <= 2.0**52, k, 0.0)
-        crc = crc32(k.astype("<i8").tobytes(), crc)
-        return k * unit, crc
+        f = np.ascontiguousarray(f, np.float64)
+        k = np.empty(f.shape, "<i8")
+        out = np.empty(f.shape, np.float64)
+        NN.snap(f.reshape(-1), unit, k.reshape(-1), out.reshape(-1))
+        return out, crc32(k.view(np.uint8), crc)
 
     def encode(self, x: np.ndarray, quant: Quantizer, config: dict, sgn: np.ndarray,
                sample: bool = False) -> Coded:
