@@ -326,11 +326,11 @@ def test_the_trial_ends_after_its_first_frames_where_the_forecaster_is_hopeless(
 
 
 def test_later_windows_like_a_hopeless_first_skip_the_trial(monkeypatch):
-    """Where the trial on the stack's first window finds the forecaster hopeless, a
-    later window skips its own if the classical choice codes its crop in about the first
-    one's bits per value (``Tuning.hopeless``, ``_LATER_RETRY``); a window unlike the
-    first runs its trial. The file is the one a trial in every window gives, at any
-    thread count."""
+    """Where the trial on the stack's first window and on its last finds the forecaster
+    hopeless, a window between them skips its own if the classical choice codes its crop
+    in about the first one's bits per value (``Tuning.hopeless``, ``_LATER_RETRY``); a
+    window unlike the first runs its trial; a stack of two windows tries both. The file
+    is the one a trial in every window gives, at any thread count."""
     from tezip import codec
 
     shapes = []
@@ -344,21 +344,24 @@ def test_later_windows_like_a_hopeless_first_skip_the_trial(monkeypatch):
     monkeypatch.setattr(codec, "TRANSFORM_SCREEN", 0.0)     # (no wavelet: windows of 33)
     yy, xx = np.mgrid[0:128, 0:128]
     x = np.stack([1000 * np.sin(xx / 7 + i / 5) * np.cos(yy / 9 - i / 7)
-                  for i in range(99)]).astype(np.float32)     # 3 windows of 33
-    assert codec.coded_windows(99, codec.window_length(None, 128 * 128), 128 * 128) == [
-        (0, 33), (33, 66), (66, 99)]
+                  for i in range(132)]).astype(np.float32)     # 4 windows of 33
+    assert codec.coded_windows(132, codec.window_length(None, 128 * 128), 128 * 128) == [
+        (0, 33), (33, 66), (66, 99), (99, 132)]
     alike = tezip.compress(x, mode="rel", bound=1e-3, threads=1)
-    assert shapes == [33]                   # the first window's, in the tuning: no other
+    assert shapes == [33, 33]               # the first and the last, in the tuning: no other
     rough = x.copy()
-    rough[66:] += np.random.default_rng(0).normal(0, 30, rough[66:].shape).astype(np.float32)
+    rough[66:99] += np.random.default_rng(0).normal(0, 30, (33, 128, 128)).astype(np.float32)
     shapes.clear()
     unlike = tezip.compress(rough, mode="rel", bound=1e-3, threads=1)
-    assert shapes == [33, 33]               # ... and the third window's
+    assert shapes == [33, 33, 33]           # ... and the third window's
+    shapes.clear()
+    tezip.compress(x[:66], mode="rel", bound=1e-3, threads=1)
+    assert shapes == [33, 33]               # two windows: each its own trial
     monkeypatch.setattr(codec, "_LATER_RETRY", 1.0)         # every window tries
     for a, blob in ((x, alike), (rough, unlike)):
         shapes.clear()
         assert tezip.compress(a, mode="rel", bound=1e-3, threads=1) == blob
-        assert len(shapes) == 3
+        assert len(shapes) == 5             # (the first's made once, the last's twice)
         assert tezip.compress(a, mode="rel", bound=1e-3, threads=2) == blob
 
 

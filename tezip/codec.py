@@ -1410,7 +1410,9 @@ def tune_stack(stack: Any, options: Options,
     if options.adapt:       # (the model is fitted to the stack: every window tries it)
         return Tuning(t.finalists, bits=t.bits)
     learned = _learned_for(options, resolve_model(stack, options, qp)[0], shape, dtype)
-    t = _head_trial(t, head, qp, options, learned)
+    plan = coded_windows(shape[0], wlen, math.prod(shape[1:]))
+    t = _head_trial(t, head, qp, options, learned,
+                    (lambda: stack.read(*plan[-1])) if len(plan) >= 3 else None)
     return Tuning(t.finalists, bits=t.bits, hopeless=t.hopeless)
 
 
@@ -1430,13 +1432,17 @@ def _learned_for(options: Options, model: Any, shape: tuple[int, ...],
 
 
 def _head_trial(tuning: Tuning, head: np.ndarray, qp: QuantParams, options: Options,
-                learned: Any) -> Tuning:
+                learned: Any, last: Callable[[], np.ndarray] | None = None) -> Tuning:
     """``tuning`` with the learned predictor's trial on ``head`` (the stack's first
     window, on which it was tuned, or that window lengthened for the transform) against
     its first choice, where ``auto`` tries the learned predictor in each window: whether
-    it is hopeless there (then later windows like the first skip their trials:
-    ``encode_window_alternatives``), and the trial itself, which the first window takes
-    where it is ``head`` instead of running it again."""
+    it is hopeless there and on the stack's last window too (``last``: it reads that
+    window; None: the stack has fewer than 3 windows, and none is skipped), in which case
+    the windows like the first skip their trials (``encode_window_alternatives``); and
+    the trial itself, which the first window takes where it is ``head`` instead of running
+    it again. (With the first window alone, a stack whose first window was another regime
+    than the rest, ks_pypde's first frames reversed in time or shuffled, lost the learned
+    predictor in every later window: files 6-13% larger; helper-50.)"""
     quant = quantizer(qp)
     if (learned is None or not tuning.finalists or options.adapt
             or options.predictor == "learned" or "learned" not in options.candidates(True)
@@ -1444,8 +1450,13 @@ def _head_trial(tuning: Tuning, head: np.ndarray, qp: QuantParams, options: Opti
         return tuning
     name, cfg = tuning.finalists[0]
     t = _learned_trial(np.ascontiguousarray(head), quant, learned, name, cfg)
-    return replace(tuning, hopeless=t.classical if t.hopeless and t.classical else None,
-                   trial=t)
+    hopeless = t.classical if t.hopeless and t.classical and last is not None else None
+    if hopeless is not None:
+        x = np.ascontiguousarray(last())
+        if not (learned.supports(x.shape, quant)
+                and _learned_trial(x, quant, learned, name, cfg).hopeless):
+            hopeless = None
+    return replace(tuning, hopeless=hopeless, trial=t)
 
 
 def _resolve_stack(stack: Any, options: Options, dtype: np.dtype,
@@ -1569,7 +1580,8 @@ def compress_stack(stack: Any, out: str | os.PathLike | None, options: Options, 
             cache[0] = tuning.head
         # the learned trial on the first window: the head, as ``tune_stack`` makes it, or
         # the lengthened window (whose later windows are as long)
-        tuning = _head_trial(tuning, head if sub is None else first, qp, options, learned)
+        tuning = _head_trial(tuning, head if sub is None else first, qp, options, learned,
+                             (lambda: read(*plan[-1])) if len(plan) >= 3 else None)
     finalists = tuning.finalists
     frames = ((t0, t1, first if i == 0 else read(t0, t1))
               for i, (t0, t1) in enumerate(plan))
