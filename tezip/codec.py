@@ -417,8 +417,8 @@ def _transform_coded(x: np.ndarray, quant: Quantizer, cfg: dict
 
 def _best_transform(x: np.ndarray, quant: Quantizer) -> tuple[float, dict, predictors.Coded]:
     """``_transform_coded`` of window ``x`` with the transform's best step on its
-    ``_transform_crop`` (transformed once): its ``search_first`` step, then each
-    neighbouring step while it codes the crop smaller, downwards, else upwards. (On the
+    ``_transform_crop`` (transformed once): the first choice, then each neighbouring
+    step while it codes the crop smaller, downwards, else upwards. (On the
     whole window, each step a full coding: 9 of them on a 33 x 1024 x 1024 window that
     went up to the largest step, which encoded at 8 MB/s; helper-47. The crop's choice
     cost the window up to 0.9% on the first windows where the transform is taken on
@@ -435,7 +435,7 @@ def _best_transform(x: np.ndarray, quant: Quantizer) -> tuple[float, dict, predi
         return _estimate(pred.encode(crop, quant, {"d": d}, sgn, sample=True, forward=fwd),
                          x.itemsize)
 
-    i = order.index(pred.search_first if {"d": pred.search_first} in cfgs else cfgs[0]["d"])
+    i = order.index(cfgs[0]["d"])
     best = (bits(order[i]), i)
     for di in (-1, 1):
         j = i + di

@@ -34,10 +34,7 @@ D_CHOICES = (10, 15, 20, 25, 30, 35, 40, 50, 60, 80, 120, 160)  # the coefficien
 #                                  tenths of the bound (the tuning tries 20 first, then its
 #                                  neighbours while they code smaller; a smooth sine at 1e-2
 #                                  still shrank at 8: helper-47)
-D_FIRST = 20        # ... (``auto``'s screen prices the coefficients alone at this step)
-D_SEARCH = 30       # the step search's start: the searches from 20 on edges.py's fields,
-#                     Gray-Scott, iris and ks_pypde ended at 25-40 in all 12 of them, each
-#                     first trying 15 (0.8.1: 4-7 crop codings a search, now 3-5)
+D_FIRST = 20
 
 
 def _bands(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,7 +67,6 @@ def step_of(quant: Quantizer, config: dict) -> float:
 
 class Wavelet(_Kernel):
     name = "wavelet"
-    search_first = D_SEARCH     # (``codec._best_transform``)
     n_ctx = KW.N_CTX
     groups = KW.GROUPS
 
