@@ -692,15 +692,16 @@ _PREFIX_HOPELESS = 1.5      # where they code to this much above the classical c
 #                             won, ks_pypde at 1e-3, 0.93-0.94 of the classical on the crop,
 #                             it read 1.12-1.14 at 9 frames; smoke's windows read 1.53-2.15,
 #                             1.26-2.39 on the whole crop)
-_LATER_HOPELESS = 1.08      # a stack's first window whose trial codes this much above the
-#                             classical (or stops early): its later windows skip the trial
-#                             (``encode_window_alternatives``) unless the classical choice
-#                             codes their crop in _LATER_RETRY times the bits per value of
-#                             the first's, or fewer by as much. On
-#                             the shared stacks (1e-2..1e-4) the second window's trial read
-#                             0.00-0.05 below the first's (iris 1.140 -> 1.087, speckle
-#                             1.251 -> 1.218, ks_pypde 1.097 -> 1.089; smoke 2.1-2.4 ->
-#                             1.2-1.4): to be taken it must read 0.97
+_LATER_HOPELESS = 1.08      # a stack (of 3 windows or more) whose first and last windows'
+#                             trials code this much above the classical (or stop early):
+#                             the windows between skip theirs (``_head_trial``,
+#                             ``encode_window_alternatives``) unless the classical choice
+#                             codes their crop in _LATER_RETRY times the first's bits per
+#                             value, or fewer by as much. On the shared stacks (1e-2..1e-4)
+#                             the second window's trial read 0.00-0.05 below the first's
+#                             (iris 1.140 -> 1.087, speckle 1.251 -> 1.218, ks_pypde 1.097
+#                             -> 1.089; smoke 2.1-2.4 -> 1.2-1.4): to be taken it must read
+#                             0.97
 _LATER_RETRY = 1.25
 
 
